@@ -1,0 +1,3 @@
+from evalgpu.cli import main
+
+raise SystemExit(main())

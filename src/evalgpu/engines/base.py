@@ -1,0 +1,59 @@
+"""The engine contract: what a scorer asks of a judge model, and what it gets back.
+
+Names here are a contract (DESIGN.md §2). A scorer builds `JudgeRequest`s; the runner hands a
+wave of them to `Engine.generate` in one call and reads back one `JudgeReply` per request, in
+order. Anything with a `name` and that `generate` method is an engine: tests and users may
+bring their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+__all__ = ["Engine", "JudgeReply", "JudgeRequest"]
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One judge call with its own constrained JSON schema."""
+
+    tag: str
+    """Which step asks: "summarization.alignment" | "summarization.questions" |
+    "summarization.coverage" | "summarization.reason" | "context_recall.claims" |
+    "context_recall.attribution" | "context_recall.reason"."""
+    messages: list[dict[str, str]]
+    """Chat messages, `[{"role": "system" | "user", "content": str}]`."""
+    schema: type[BaseModel]
+    """The reply must validate against this model; engines constrain decoding to its JSON schema."""
+    max_tokens: int
+    """Output token budget; the schema bounds are chosen so that a valid reply fits in it."""
+
+
+@dataclass
+class JudgeReply:
+    """The engine's answer to one `JudgeRequest`."""
+
+    parsed: BaseModel | None
+    """The reply validated against the request's schema; None only together with `error`."""
+    text: str
+    """The raw generated text."""
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    """Prompt tokens served from the engine's prefix cache (0 where the engine has none)."""
+    finish_reason: str
+    """"stop" | "length" | ..."""
+    error: str | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A judge model. `generate` answers every request of one wave, in order."""
+
+    name: str
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]: ...

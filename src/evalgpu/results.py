@@ -1,0 +1,65 @@
+"""Typed result records: what a scorer returns for one run, and how it is serialised."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["InputError", "ScoreResult", "Usage"]
+
+RESULT_VERSION = 1
+
+
+class InputError(ValueError):
+    """A run cannot be scored as given (a blank summary, a context that is not a list, ...).
+
+    Raised inside a scorer's steps; the runner turns it into that row's `error`, and every
+    other row is still scored.
+    """
+
+
+class Usage(BaseModel):
+    """Judge tokens spent on one result.
+
+    A request shared by several rows (questions of a repeated source) is counted once, on the
+    first row that asked for it, so that usage summed over rows equals what the engine did.
+    """
+
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens served from the engine's prefix cache."""
+    calls: int = 0
+    """Judge calls this row sent to the engine (retries included, shared calls once)."""
+
+    def add(self, prompt: int, output: int, cached: int, calls: int = 1) -> None:
+        self.prompt_tokens += prompt
+        self.output_tokens += output
+        self.cached_tokens += cached
+        self.calls += calls
+
+
+class ScoreResult(BaseModel):
+    """One scorer's result for one run.
+
+    `model_dump(by_alias=True)` gives the reference names (`preprocessStepResult`,
+    `analyzeStepResult`). A failed run has `score=None` and `error` set; it is never scored 0.
+    """
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    scorer: str
+    """The scorer id: "summarization-scorer" | "context-recall-scorer"."""
+    score: float | None = None
+    """Between 0 and the scorer's scale; None when `error` is set."""
+    reason: str | None = None
+    preprocess_step_result: dict[str, Any] | None = Field(
+        default=None, alias="preprocessStepResult"
+    )
+    analyze_step_result: dict[str, Any] | None = Field(default=None, alias="analyzeStepResult")
+    axes: dict[str, float] | None = None
+    """Axis scores in [0, 1] where the scorer has them (summarization: alignment, coverage)."""
+    error: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    version: int = RESULT_VERSION

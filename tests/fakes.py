@@ -1,0 +1,139 @@
+"""A scripted judge that answers from the prompt text, for tests that need no model.
+
+Like inspect's `mockllm` and httpx's `MockTransport`: deterministic rules stand in for the
+judge, and tests can override any step by tag. The rules:
+
+- claims / alignment claims are the sentences of the text being judged;
+- a claim is supported (attributed) when every content word of it occurs in the source (in one
+  passage);
+- questions are "Is it true that <sentence>?" for the source's sentences;
+- a question is answered when every content word of its sentence occurs in the summary.
+
+Every reply is JSON text parsed with the same strict parser as the real engines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from evalgpu.engines._parse import reply_from_text
+from evalgpu.engines.base import JudgeReply, JudgeRequest
+
+STOP = {
+    "the", "and", "was", "were", "for", "with", "that", "this", "from", "has", "had", "have",
+    "his", "her", "its", "are", "is", "it", "he", "she", "they", "by", "in", "of", "to", "a",
+    "an", "on", "at", "as", "be", "true", "which", "who", "did", "does", "do",
+}
+
+
+def tagged(text: str, tag: str) -> str:
+    """The text between <tag> and </tag> in a prompt (the last such block)."""
+    found = re.findall(rf"<{tag}>\n(.*?)\n</{tag}>", text, flags=re.S)
+    return found[-1] if found else ""
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()]
+
+
+def words(text: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", text.lower()) if w not in STOP}
+
+
+def listed(text: str) -> list[str]:
+    """Items of a numbered list written by `evalgpu.prompting.numbered`."""
+    return [re.sub(r"^\d+\. ", "", line) for line in text.splitlines() if line.strip()]
+
+
+def question_fact(question: str) -> str:
+    return re.sub(r"^Is it true that |\?$", "", question)
+
+
+def answer(request: JudgeRequest) -> dict[str, Any]:
+    """The rule-based reply to one request, as a dict."""
+    user = request.messages[-1]["content"]
+    if request.tag == "summarization.alignment":
+        source = words(tagged(user, "source"))
+        return {
+            "alignment": [
+                {"claim": s, "reason": "checked word by word", "supported": words(s) <= source}
+                for s in sentences(tagged(user, "summary"))
+            ]
+        }
+    if request.tag == "summarization.questions":
+        n = int(re.search(r"at most (\d+)", user).group(1))  # type: ignore[union-attr]
+        return {
+            "questions": [
+                f"Is it true that {s.rstrip('.')}?" for s in sentences(tagged(user, "source"))
+            ][:n]
+        }
+    if request.tag == "summarization.coverage":
+        summary = words(tagged(user, "summary"))
+        return {
+            "coverage": [
+                {"question": q, "reason": "looked in the summary",
+                 "answered": words(question_fact(q)) <= summary}
+                for q in listed(tagged(user, "questions"))
+            ]
+        }
+    if request.tag == "context_recall.claims":
+        return {"claims": sentences(tagged(user, "answer"))}
+    if request.tag == "context_recall.attribution":
+        passages = [
+            words(p)
+            for p in re.findall(r"<passage>\n(.*?)\n</passage>", user, flags=re.S)
+        ]
+        verdicts = []
+        for claim in listed(tagged(user, "claims")):
+            found = [i for i, p in enumerate(passages, 1) if words(claim) <= p]
+            verdicts.append(
+                {"claim": claim, "reason": "matched words", "attributed": bool(found),
+                 "passages": found}
+            )
+        return {"verdicts": verdicts}
+    if request.tag.endswith(".reason"):
+        return {"reason": "The judge wrote this reason."}
+    raise AssertionError(f"the scripted engine has no rule for {request.tag}")
+
+
+Override = Callable[[JudgeRequest], "str | dict[str, Any] | JudgeReply"]
+
+
+class ScriptedEngine:
+    """An `Engine` that answers by rule, records every call, and can be scripted per tag.
+
+    Args:
+        overrides: tag -> function of the request returning a dict (sent as JSON), raw text,
+            or a whole `JudgeReply`.
+        model: ignored (so that `load_engine(model, backend="fakes:ScriptedEngine")` works).
+    """
+
+    name = "scripted"
+
+    def __init__(self, model: Any = None, overrides: dict[str, Override] | None = None, **_: Any):
+        self.overrides = dict(overrides or {})
+        self.calls: list[list[JudgeRequest]] = []
+
+    @property
+    def requests(self) -> list[JudgeRequest]:
+        return [r for call in self.calls for r in call]
+
+    def by_tag(self, tag: str) -> list[JudgeRequest]:
+        return [r for r in self.requests if r.tag == tag]
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        self.calls.append(list(requests))
+        return [self._reply(r) for r in requests]
+
+    def _reply(self, request: JudgeRequest) -> JudgeReply:
+        made: Any = (
+            self.overrides[request.tag](request) if request.tag in self.overrides else answer(request)
+        )
+        if isinstance(made, JudgeReply):
+            return made
+        text = made if isinstance(made, str) else json.dumps(made, ensure_ascii=False)
+        prompt = sum(len(m["content"]) for m in request.messages) // 4
+        return reply_from_text(request, text, prompt_tokens=prompt, output_tokens=len(text) // 4 + 1)
