@@ -97,7 +97,7 @@ def create_context_recall_scorer(
     steps = partial(
         _steps, context=context, context_extractor=context_extractor, scale=scale, reason=reason
     )
-    return Scorer(SCORER_ID, resolve_engine(model), steps)
+    return Scorer(SCORER_ID, resolve_engine(model), steps, frozenset({"context"}))
 
 
 def claims_request(ground_truth: str) -> JudgeRequest:

@@ -115,7 +115,7 @@ def create_summarization_scorer(
         scale=scale,
         reason=reason,
     )
-    return Scorer(SCORER_ID, resolve_engine(model), steps)
+    return Scorer(SCORER_ID, resolve_engine(model), steps, frozenset({"source"}))
 
 
 def alignment_request(source: str, summary: str) -> JudgeRequest:
@@ -253,7 +253,8 @@ def _steps(
     if summary is None or not summary.strip():
         raise InputError("summary: the output has no text to judge (blank or missing)")
 
-    # The source: the extractor for agent-shaped runs, else the option, else the first user message.
+    # The source: the extractor for agent-shaped runs, else the option, else the first user
+    # message. (`source` is this run's own when the run brought one: see `Scorer.steps`.)
     if source_extractor is not None and is_agent_run(input, output):
         try:
             text = source_extractor(input, output)
