@@ -1,0 +1,174 @@
+"""The context recall scorer against DESIGN.md §1, driven by the scripted engine."""
+
+import re
+
+import pytest
+from fakes import ScriptedEngine
+
+from evalgpu import create_context_recall_scorer
+
+EINSTEIN = "Einstein was born in 1879. Einstein developed relativity. Einstein won the Nobel Prize."
+CONTEXT = [
+    "Document 1: Einstein was born on 14 March 1879 in Ulm, Germany.",
+    "Document 2: Einstein developed the theory of relativity, published in 1905.",
+    "Document 3: Einstein moved to the United States in 1933.",
+]
+
+
+def agent_run(question: str, ground_truth: str | None = None) -> dict:
+    run = {
+        "input": {"inputMessages": [{"role": "user", "content": question}]},
+        "output": [{"role": "assistant", "content": "an answer"}],
+    }
+    if ground_truth is not None:
+        run["ground_truth"] = ground_truth
+    return run
+
+
+def test_reference_example_two_of_three(engine):
+    result = create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="Tell me about Einstein", output="...", ground_truth=EINSTEIN
+    )
+    assert result.error is None
+    assert result.score == pytest.approx(2 / 3)
+    verdicts = result.analyze_step_result["verdicts"]
+    assert [v["attributed"] for v in verdicts] == [True, True, False]
+    assert [v["passages"] for v in verdicts] == [[1], [2], []]
+    assert result.preprocess_step_result == {"claims": [
+        "Einstein was born in 1879.", "Einstein developed relativity.", "Einstein won the Nobel Prize."
+    ]}
+    assert result.reason.startswith("Recall 0.67: 2 of 3 ground-truth claims found")
+    assert '"Einstein was born in 1879." (passage 1)' in result.reason
+    assert 'Missing: "Einstein won the Nobel Prize."' in result.reason
+
+
+def test_scale_multiplies(engine):
+    scorer = create_context_recall_scorer(engine, context=CONTEXT, scale=3)
+    assert scorer.run(input="q", output="a", ground_truth=EINSTEIN).score == pytest.approx(2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "context or context_extractor is required"),
+        ({"context": []}, "context must not be empty, got []"),
+        ({"context": CONTEXT, "scale": 0}, "scale must be > 0, got 0"),
+        ({"context": CONTEXT, "reason": "free"}, "reason must be 'template' or 'model', got 'free'"),
+    ],
+)
+def test_bad_options_raise_value_error_at_construction(engine, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        create_context_recall_scorer(engine, **kwargs)
+
+
+@pytest.mark.parametrize("missing", [None, "", "   \n"])
+def test_missing_ground_truth_scores_zero_without_a_model_call(engine, missing):
+    scorer = create_context_recall_scorer(engine, context=CONTEXT)
+    result = scorer.run(input="q", output="a", ground_truth=missing)
+    assert result.score == 0.0 and result.error is None
+    assert "no ground truth" in result.reason.lower()
+    assert engine.calls == []
+
+
+def test_extractor_only_for_agent_runs_else_static_context(engine):
+    scorer = create_context_recall_scorer(
+        engine,
+        context=["Static passage about Einstein won the Nobel Prize."],
+        context_extractor=lambda i, o: ["Extracted: Einstein was born in 1879."],
+    )
+    agent = scorer.run(**agent_run("Who?", "Einstein was born in 1879."))
+    plain = scorer.run(input="Who?", output="a", ground_truth="Einstein won the Nobel Prize.")
+    assert agent.score == 1.0 and plain.score == 1.0
+    first, second = engine.by_tag("context_recall.attribution")
+    assert "Extracted:" in first.messages[-1]["content"]
+    assert "Static passage" in second.messages[-1]["content"]
+
+
+def test_extractor_without_static_context_fails_plain_runs_clearly(engine):
+    scorer = create_context_recall_scorer(engine, context_extractor=lambda i, o: ["x"])
+    result = scorer.run(input="q", output="a", ground_truth="A fact.")
+    assert result.score is None
+    assert result.error.startswith("context: context_extractor applies to agent-shaped runs only")
+
+
+def test_extractor_that_returns_a_non_list_fails_its_row(engine):
+    scorer = create_context_recall_scorer(engine, context_extractor=lambda i, o: 42)
+    results = scorer.run_batch([agent_run("q", "A fact."), {"input": "q", "ground_truth": "A."}])
+    assert results[0].error == "row 1: context: context_extractor returned not a list of strings (int)"
+    assert results[1].error.startswith("row 2: context:")
+
+
+def test_a_string_context_is_one_passage(engine):
+    scorer = create_context_recall_scorer(engine, context="Einstein was born in 1879 in Ulm.")
+    result = scorer.run(input="q", output="a", ground_truth="Einstein was born in 1879.")
+    assert result.score == 1.0
+    assert "Passage 2" not in engine.by_tag("context_recall.attribution")[0].messages[-1]["content"]
+
+
+def test_empty_extracted_context_scores_zero_without_attribution_call(engine):
+    scorer = create_context_recall_scorer(engine, context_extractor=lambda i, o: [])
+    result = scorer.run(**agent_run("q", "Einstein was born in 1879."))
+    assert result.score == 0.0
+    assert engine.by_tag("context_recall.attribution") == []
+    assert "no passages" in result.reason
+
+
+def test_no_claims_scores_zero_without_attribution_call():
+    engine = ScriptedEngine(overrides={"context_recall.claims": lambda r: {"claims": []}})
+    result = create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth="Hmm."
+    )
+    assert result.score == 0.0 and result.error is None
+    assert engine.by_tag("context_recall.attribution") == []
+
+
+def test_verdicts_match_claims_by_position():
+    def one_verdict(request):
+        return {"verdicts": [{"claim": "other", "reason": "r", "attributed": True, "passages": [3]}]}
+
+    engine = ScriptedEngine(overrides={"context_recall.attribution": one_verdict})
+    result = create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth=EINSTEIN
+    )
+    verdicts = result.analyze_step_result["verdicts"]
+    assert [v["claim"] for v in verdicts] == result.preprocess_step_result["claims"]
+    assert [v["attributed"] for v in verdicts] == [True, False, False]
+    assert result.score == pytest.approx(1 / 3)
+
+
+def test_passage_numbers_outside_the_context_violate_the_schema():
+    bad = lambda r: {"verdicts": [{"claim": "c", "reason": "r", "attributed": True, "passages": [9]}]}  # noqa: E731
+    engine = ScriptedEngine(overrides={"context_recall.attribution": bad})
+    result = create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth=EINSTEIN
+    )
+    assert result.score is None
+    assert result.error.startswith("context_recall.attribution: reply does not match the schema")
+    schema = engine.by_tag("context_recall.attribution")[0].schema.model_json_schema()
+    assert '"maximum": 3' in str(schema).replace("'", '"')
+
+
+def test_claims_for_a_repeated_ground_truth_are_asked_once(engine):
+    scorer = create_context_recall_scorer(engine, context=CONTEXT)
+    runs = [{"input": "q", "output": "a", "ground_truth": EINSTEIN, "context": [p]} for p in CONTEXT]
+    results = scorer.run_batch(runs)
+    assert len(engine.by_tag("context_recall.claims")) == 1
+    assert len(engine.calls) == 2
+    assert [round(r.score, 2) for r in results] == [0.33, 0.33, 0.0]
+
+
+def test_claims_prompt_sees_only_the_ground_truth(engine):
+    create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="QUESTION-MARKER", output="OUTPUT-MARKER", ground_truth=EINSTEIN
+    )
+    (claims,) = engine.by_tag("context_recall.claims")
+    text = "\n".join(m["content"] for m in claims.messages)
+    assert EINSTEIN in text
+    assert "Document 1" not in text and "MARKER" not in text
+
+
+def test_model_reason(engine):
+    scorer = create_context_recall_scorer(engine, context=CONTEXT, reason="model")
+    result = scorer.run(input="q", output="a", ground_truth=EINSTEIN)
+    assert result.reason == "The judge wrote this reason."
+    assert len(engine.calls) == 3

@@ -1,0 +1,115 @@
+"""The runner: one generate() per wave across rows and scorers, failures isolated."""
+
+import pytest
+from fakes import ScriptedEngine
+
+from evalgpu import create_context_recall_scorer, create_summarization_scorer, run_evals
+from evalgpu.runner import Runner
+
+SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
+
+
+class Broken(ScriptedEngine):
+    def generate(self, requests):
+        self.calls.append(list(requests))
+        raise RuntimeError("CUDA out of memory")
+
+
+class Short(ScriptedEngine):
+    def generate(self, requests):
+        return super().generate(requests)[:-1]
+
+
+def test_an_engine_that_raises_fails_the_wave_rows_not_the_run():
+    scorer = create_summarization_scorer(Broken())
+    results = scorer.run_batch([{"input": SOURCE, "output": SOURCE}] * 2)
+    assert [r.score for r in results] == [None, None]
+    assert results[1].error == (
+        "row 2: summarization.alignment: engine 'scripted' failed: RuntimeError: CUDA out of memory"
+    )
+
+
+def test_an_engine_that_drops_replies_is_a_bug_not_a_score():
+    scorer = create_summarization_scorer(Short())
+    with pytest.raises(RuntimeError, match="returned 1 replies for 2 requests"):
+        scorer.run(input=SOURCE, output=SOURCE)
+
+
+def test_results_come_back_in_input_order_whatever_finishes_first(engine):
+    scorer = create_context_recall_scorer(engine, context=["Cats purr."])
+    runs = [
+        {"input": "q", "ground_truth": "Cats purr."},  # two waves
+        {"input": "q", "ground_truth": None},  # done before any call
+        {"input": "q", "ground_truth": "Dogs bark."},
+    ]
+    assert [r.score for r in scorer.run_batch(runs)] == [1.0, 0.0, 0.0]
+
+
+def test_the_reply_cache_spans_batches(engine):
+    scorer = create_summarization_scorer(engine)
+    scorer.run_batch([{"input": SOURCE, "output": SOURCE}])
+    scorer.run_batch([{"input": SOURCE, "output": "The company is based in Seattle."}])
+    assert len(engine.by_tag("summarization.questions")) == 1
+
+
+def test_cache_off_asks_again(engine):
+    scorer = create_summarization_scorer(engine)
+    runner = Runner(engine, cache_size=0)
+    for _ in range(2):
+        runner.run([(scorer.id, scorer.steps(SOURCE, SOURCE))])
+    assert len(engine.by_tag("summarization.questions")) == 2
+
+
+def test_on_wave_reports_each_generate(engine):
+    waves = []
+    scorer = create_summarization_scorer(engine)
+    runner = Runner(engine, on_wave=waves.append)
+    runner.run([(scorer.id, scorer.steps(SOURCE, SOURCE)) for _ in range(3)])
+    assert [(w.requests, w.unique) for w in waves] == [(6, 2), (3, 1)]  # identical rows: sent once
+    assert runner.generate_calls == 2
+    assert waves[0].prompt_tokens > 0 and waves[0].output_tokens > 0
+
+
+def test_run_evals_batches_across_items_and_scorers(engine):
+    summarization = create_summarization_scorer(engine)
+    recall = create_context_recall_scorer(engine, context=["The company is based in Seattle."])
+    data = [
+        {"input": SOURCE, "output": SOURCE, "ground_truth": "The company is based in Seattle."},
+        {"input": SOURCE, "output": "The company is based in Seattle."},
+    ]
+    seen = []
+    out = run_evals(data, [summarization, recall], on_item_complete=seen.append)
+    assert len(engine.calls) == 2  # (alignment, questions, claims) then (coverage, attribution)
+    assert out["summary"] == {"total_items": 2, "failed_items": 0}
+    assert out["scores"]["summarization-scorer"] == pytest.approx((1.0 + 0.5) / 2)
+    assert out["scores"]["context-recall-scorer"] == pytest.approx((1.0 + 0.0) / 2)
+    assert [e["item"] for e in seen] == data
+    assert set(seen[0]["scorer_results"]) == {"summarization-scorer", "context-recall-scorer"}
+
+
+def test_run_evals_uses_target_and_isolates_its_failures(engine):
+    def target(question):
+        if question == "explode":
+            raise ValueError("agent crashed")
+        return SOURCE
+
+    out = run_evals(
+        [{"input": SOURCE}, {"input": "explode"}, {"input": SOURCE, "groundTruth": "x"}],
+        [create_summarization_scorer(engine)],
+        target=target,
+    )
+    items = out["items"]
+    assert items[0]["output"] == SOURCE
+    assert items[0]["scorer_results"]["summarization-scorer"].score == 1.0
+    failed = items[1]["scorer_results"]["summarization-scorer"]
+    assert failed.score is None
+    assert failed.error == "item 2: target raised ValueError: agent crashed"
+    assert out["summary"] == {"total_items": 3, "failed_items": 1}
+    assert out["scores"]["summarization-scorer"] == 1.0
+
+
+def test_run_evals_rejects_items_without_input(engine):
+    out = run_evals([{"output": "x"}], [create_summarization_scorer(engine)])
+    result = out["items"][0]["scorer_results"]["summarization-scorer"]
+    assert result.error == "item 1: an item is a dict with an 'input' key"
+    assert out["scores"] == {"summarization-scorer": None}
