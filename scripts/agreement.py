@@ -1,0 +1,212 @@
+"""Do our scores agree with people? Scores a human-labelled file and compares.
+
+The file's fields say which comparison applies (shared/data/README.md describes them):
+
+  label_faithful, human_score   (FRANK)   summarization: balanced accuracy of score == scale and
+                                          of alignment == 1 against label_faithful, ROC-AUC of the
+                                          alignment axis, Spearman of alignment and score with
+                                          human_score
+  human_coverage                (RoSE)    summarization: Spearman and Kendall of the coverage
+                                          axis and of the score against human_coverage
+  label_attributed, context     (AttributionBench) context recall: balanced accuracy of
+                                          score == scale and ROC-AUC of the score against
+                                          label_attributed
+
+Every metric comes with a bootstrap 95 % interval (rows resampled, 1,000 draws, seed 1234).
+Rows whose scoring failed are counted as invalid and left out of the metrics: the count is
+reported, and it must be 0.
+
+    .venv/bin/python scripts/agreement.py ../shared/data/frank_dev.jsonl --limit 40
+    .venv/bin/python scripts/agreement.py ../shared/data/attribution_dev.jsonl --limit 40 --json docs/agreement-attr.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evalgpu import create_context_recall_scorer, create_summarization_scorer, load_engine
+
+# -- statistics (numpy only) -----------------------------------------------------------------
+
+
+def ranks(x: Sequence[float]) -> np.ndarray:
+    """Average ranks (ties share the mean of their positions), 1-based."""
+    a = np.asarray(x, dtype=float)
+    order = a.argsort(kind="mergesort")
+    r = np.empty(len(a))
+    r[order] = np.arange(1, len(a) + 1)
+    for value in np.unique(a):
+        tied = a == value
+        r[tied] = r[tied].mean()
+    return r
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    rx, ry = ranks(x), ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
+    a, b = np.asarray(x, float), np.asarray(y, float)
+    dx = np.sign(a[:, None] - a[None, :])
+    dy = np.sign(b[:, None] - b[None, :])
+    upper = np.triu_indices(len(a), 1)
+    sx, sy = dx[upper], dy[upper]
+    concordant_minus_discordant = float((sx * sy).sum())
+    denom = np.sqrt(float((sx != 0).sum()) * float((sy != 0).sum()))
+    return concordant_minus_discordant / denom if denom else float("nan")
+
+
+def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """P(score of a positive > score of a negative), ties counted half (Mann-Whitney)."""
+    s, l = np.asarray(scores, float), np.asarray(labels, int)
+    pos, neg = s[l == 1], s[l == 0]
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
+
+
+def balanced_accuracy(predicted: Sequence[int], labels: Sequence[int]) -> float:
+    p, l = np.asarray(predicted, int), np.asarray(labels, int)
+    recalls = [float((p[l == c] == c).mean()) for c in (0, 1) if (l == c).any()]
+    return float(np.mean(recalls)) if recalls else float("nan")
+
+
+def bootstrap(
+    metric: Callable[..., float], columns: Sequence[Sequence[float]], draws: int = 1000, seed: int = 1234
+) -> tuple[float, float, float]:
+    """The metric and its 95 % percentile interval over rows resampled with replacement."""
+    cols = [np.asarray(c) for c in columns]
+    value = metric(*cols)
+    rng = random.Random(seed)
+    n = len(cols[0])
+    samples = []
+    for _ in range(draws):
+        idx = np.array([rng.randrange(n) for _ in range(n)])
+        v = metric(*[c[idx] for c in cols])
+        if not np.isnan(v):
+            samples.append(v)
+    if not samples:
+        return value, float("nan"), float("nan")
+    lo, hi = np.percentile(samples, [2.5, 97.5])
+    return value, float(lo), float(hi)
+
+
+# -- scoring -------------------------------------------------------------------------------------
+
+
+def kind_of(record: dict[str, Any]) -> str:
+    if "label_attributed" in record:
+        return "attribution"
+    if "human_coverage" in record:
+        return "coverage"
+    if "label_faithful" in record:
+        return "faithfulness"
+    raise SystemExit(
+        "agreement: the file has none of label_faithful, human_coverage, label_attributed"
+    )
+
+
+def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, max_questions: int):
+    if kind == "attribution":
+        scorer = create_context_recall_scorer(engine, context=["(per row)"], scale=scale)
+        runs = [
+            {"input": r.get("question", ""), "ground_truth": r["ground_truth"], "context": r["context"]}
+            for r in records
+        ]
+    else:
+        scorer = create_summarization_scorer(engine, max_questions=max_questions, scale=scale)
+        runs = [{"input": r["source"], "output": r["summary"]} for r in records]
+    return scorer.run_batch(runs)
+
+
+def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
+    ok = [(r, s) for r, s in zip(records, results) if s.error is None]
+    out: dict[str, Any] = {"rows": len(records), "invalid": len(records) - len(ok)}
+    if len(ok) < 2:
+        return out
+
+    def report(name: str, metric: Callable[..., float], *cols: Sequence[float]) -> None:
+        value, lo, hi = bootstrap(metric, cols)
+        out[name] = {"value": value, "ci95": [lo, hi]}
+
+    if kind == "faithfulness":
+        labels = [r["label_faithful"] for r, _ in ok]
+        human = [r["human_score"] for r, _ in ok]
+        full = [int(s.score == scale) for _, s in ok]
+        align = [s.axes["alignment"] for _, s in ok]
+        report("balanced_accuracy(score==scale)", balanced_accuracy, full, labels)
+        report("balanced_accuracy(alignment==1)", balanced_accuracy, [int(a == 1.0) for a in align], labels)
+        report("roc_auc(alignment)", roc_auc, align, labels)
+        report("spearman(alignment, human_score)", spearman, align, human)
+        report("spearman(score, human_score)", spearman, [s.score for _, s in ok], human)
+    elif kind == "coverage":
+        human = [r["human_coverage"] for r, _ in ok]
+        coverage = [s.axes["coverage"] for _, s in ok]
+        final = [s.score for _, s in ok]
+        report("spearman(coverage, human_coverage)", spearman, coverage, human)
+        report("kendall(coverage, human_coverage)", kendall_tau_b, coverage, human)
+        report("spearman(score, human_coverage)", spearman, final, human)
+        report("kendall(score, human_coverage)", kendall_tau_b, final, human)
+    else:
+        labels = [r["label_attributed"] for r, _ in ok]
+        recall = [s.score for _, s in ok]
+        report("balanced_accuracy(score==scale)", balanced_accuracy, [int(v == scale) for v in recall], labels)
+        report("roc_auc(score)", roc_auc, recall, labels)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", type=Path, help="a labelled JSONL file")
+    parser.add_argument("--limit", type=int, default=None, help="score the first N rows (after --seed shuffle)")
+    parser.add_argument("--seed", type=int, default=1234, help="shuffle seed for --limit (-1: file order)")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--max-questions", type=int, default=5)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    records = [json.loads(line) for line in args.data.open(encoding="utf-8") if line.strip()]
+    kind = kind_of(records[0])
+    if args.limit is not None:
+        if args.seed >= 0:
+            random.Random(args.seed).shuffle(records)
+        records = records[: args.limit]
+    engine = load_engine(args.model, backend=args.backend)
+    t = time.perf_counter()
+    results = score(records, kind, engine, args.scale, args.max_questions)
+    seconds = time.perf_counter() - t
+    out = metrics(records, results, kind, args.scale)
+    out.update({"file": str(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)})
+    errors = [r.error for r in results if r.error]
+    if errors:
+        print(f"{len(errors)} invalid rows, first: {errors[0]}", file=sys.stderr)
+
+    print(f"| {args.data.name} ({kind}, {out['rows']} rows, {out['invalid']} invalid) | value | 95 % CI |")
+    print("|---|---:|---|")
+    for name, m in out.items():
+        if isinstance(m, dict) and "value" in m:
+            lo, hi = m["ci95"]
+            print(f"| {name} | {m['value']:.3f} | [{lo:.3f}, {hi:.3f}] |")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0 if out["invalid"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

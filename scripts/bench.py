@@ -1,0 +1,180 @@
+"""Throughput of evalgpu against the way per-row evaluators run, side by side in one run.
+
+On the same engine, model and rows (sources and summaries from FRANK), it times:
+
+  (a) evalgpu      `scorer.run_batch(rows)`: every ready call of every row in one generate();
+  (b) sequential   each row's judge calls one after another, one request per generate(),
+                   no sharing between rows: the way per-row peers (one API call at a time) run;
+  (c) ceiling      the identical request lists that (a) sent, one generate() per wave, with
+                   no scorer logic: what the engine alone does with that work.
+
+It prints a markdown table and `speedup batched/sequential: X.XX` as its last line, and
+writes the numbers as JSON.
+
+    .venv/bin/python scripts/bench.py --quick
+    .venv/bin/python scripts/bench.py --rows 64 --max-questions 10 --json docs/bench.json
+    # GPU, 7-8 B judge (see docs/BENCHMARKS.md):
+    python scripts/bench.py --backend vllm --model /models/qwen2.5-7b-instruct --rows 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalgpu import create_summarization_scorer, load_engine
+from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
+from evalgpu.runner import Runner
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "frank_dev.jsonl"
+
+
+@dataclass
+class Meter:
+    """Wraps an engine: counts generate() calls and tokens, and keeps the request waves."""
+
+    engine: Engine
+    calls: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    invalid: int = 0
+    waves: list[list[JudgeRequest]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.engine.name
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        self.calls += 1
+        self.waves.append(list(requests))
+        replies = self.engine.generate(requests)
+        for reply in replies:
+            self.prompt_tokens += reply.prompt_tokens
+            self.output_tokens += reply.output_tokens
+            self.cached_tokens += reply.cached_tokens
+            self.invalid += reply.error is not None
+        return replies
+
+
+class OneAtATime:
+    """An engine that sends each request on its own, as a per-row evaluator does."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.name = engine.name
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        return [self.engine.generate([r])[0] for r in requests]
+
+
+def load_rows(path: Path, n: int, docs: int | None) -> list[dict[str, Any]]:
+    """The first `n` rows, taken document by document (FRANK has 4-5 summaries a document)."""
+    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
+    rows.sort(key=lambda r: (r["source"], r["id"]))
+    if docs is not None:
+        keep: list[str] = []
+        for r in rows:
+            if r["source"] not in keep:
+                keep.append(r["source"])
+            if len(keep) == docs:
+                break
+        rows = [r for r in rows if r["source"] in keep]
+    return [{"input": r["source"], "output": r["summary"]} for r in rows[:n]]
+
+
+def measure(label: str, meter: Meter, seconds: float, rows: int) -> dict[str, Any]:
+    return {
+        "mode": label,
+        "rows": rows,
+        "seconds": round(seconds, 2),
+        "rows_per_s": rows / seconds,
+        "prompt_tok_per_s": meter.prompt_tokens / seconds,
+        "output_tok_per_s": meter.output_tokens / seconds,
+        "prompt_tokens": meter.prompt_tokens,
+        "output_tokens": meter.output_tokens,
+        "cached_share": meter.cached_tokens / meter.prompt_tokens if meter.prompt_tokens else 0.0,
+        "generate_calls": meter.calls,
+        "invalid_replies": meter.invalid,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small run that ends in minutes on a 2-core CPU")
+    parser.add_argument("--model", default=None, help="model folder or preset (default: the embedded model)")
+    parser.add_argument("--backend", default="auto", help="auto | vllm | transformers | module:factory")
+    parser.add_argument("--rows", type=int, default=24)
+    parser.add_argument("--docs", type=int, default=None, help="take the rows from this many documents")
+    parser.add_argument("--max-questions", type=int, default=5)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
+    parser.add_argument("--skip-sequential", action="store_true", help="(b) is the slow one")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.docs, args.max_questions = 6, 2, 3
+
+    rows = load_rows(args.data, args.rows, args.docs)
+    engine = load_engine(args.model, backend=args.backend)
+    print(f"# {len(rows)} rows, max_questions={args.max_questions}, engine={engine.name}", file=sys.stderr)
+
+    # Warm up once (compiles the schemas' constraints, loads kernels) so no mode pays for it.
+    create_summarization_scorer(engine, max_questions=args.max_questions).run_batch(rows[:1])
+
+    # (a) evalgpu: run_batch over all rows (a fresh scorer: nothing cached from the warm-up).
+    batched = Meter(engine)
+    scorer = create_summarization_scorer(batched, max_questions=args.max_questions)
+    t = time.perf_counter()
+    results = scorer.run_batch(rows)
+    a = measure("(a) evalgpu run_batch", batched, time.perf_counter() - t, len(rows))
+    a["row_errors"] = sum(r.error is not None for r in results)
+
+    # (c) the raw ceiling: the identical request lists of (a), one generate() per wave.
+    ceiling = Meter(engine)
+    t = time.perf_counter()
+    for wave in batched.waves:
+        ceiling.generate(wave)
+    c = measure("(c) ceiling, same requests", ceiling, time.perf_counter() - t, len(rows))
+
+    table = [a, c]
+    # (b) sequential: one row at a time, one request per generate(), no reuse between rows.
+    if not args.skip_sequential:
+        sequential = Meter(engine)
+        one_by_one = OneAtATime(sequential)
+        scorer_b = create_summarization_scorer(one_by_one, max_questions=args.max_questions)
+        t = time.perf_counter()
+        for row in rows:
+            Runner(one_by_one, cache_size=0).run([(scorer_b.id, scorer_b.steps(row["input"], row["output"]))])
+        b = measure("(b) sequential, per row", sequential, time.perf_counter() - t, len(rows))
+        table.insert(1, b)
+
+    print("| mode | rows/s | prompt tok/s | output tok/s | cached share | generate() calls | invalid |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for m in table:
+        print(
+            f"| {m['mode']} | {m['rows_per_s']:.3f} | {m['prompt_tok_per_s']:.0f} | "
+            f"{m['output_tok_per_s']:.1f} | {m['cached_share']:.0%} | {m['generate_calls']} | "
+            f"{m['invalid_replies']} |"
+        )
+    ratios = {"a_over_c": a["rows_per_s"] / c["rows_per_s"]}
+    if not args.skip_sequential:
+        ratios["a_over_b"] = a["rows_per_s"] / table[1]["rows_per_s"]
+    print(f"\n(a)/(c) = {ratios['a_over_c']:.2f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "modes": table, "ratios": ratios}, indent=2)
+        )
+    if "a_over_b" in ratios:
+        print(f"speedup batched/sequential: {ratios['a_over_b']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""The benchmark and agreement scripts: their statistics, and a dry run on the scripted engine."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+agreement = load("agreement")
+bench = load("bench")
+
+
+def test_spearman_and_kendall_known_values():
+    x = [1, 2, 3, 4, 5]
+    assert agreement.spearman(x, [5, 6, 7, 8, 7]) == pytest.approx(0.8207826816681233)
+    assert agreement.kendall_tau_b(x, [5, 6, 7, 8, 7]) == pytest.approx(0.7378647873726218)
+    assert agreement.spearman(x, x[::-1]) == pytest.approx(-1)
+    assert agreement.kendall_tau_b([1, 1, 2], [1, 2, 3]) == pytest.approx(0.8164965809277261)
+
+
+def test_auc_and_balanced_accuracy():
+    assert agreement.roc_auc([0.9, 0.8, 0.1, 0.8], [1, 1, 0, 0]) == pytest.approx(0.875)
+    assert agreement.balanced_accuracy([1, 0, 0, 0], [1, 1, 0, 0]) == pytest.approx(0.75)
+
+
+def test_bootstrap_interval_contains_the_value():
+    value, lo, hi = agreement.bootstrap(agreement.spearman, [list(range(30)), list(range(30))], draws=50)
+    assert value == pytest.approx(1.0) and lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
+
+
+def test_agreement_dry_run_writes_json(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    data = tmp_path / "attr.jsonl"
+    rows = [
+        {"ground_truth": "Cats purr.", "context": ["Cats purr loudly."], "label_attributed": 1},
+        {"ground_truth": "Dogs fly.", "context": ["Dogs bark."], "label_attributed": 0},
+        {"ground_truth": "Birds sing.", "context": ["Birds sing songs."], "label_attributed": 1},
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "out.json"
+    code = agreement.main([str(data), "--backend", "fakes:ScriptedEngine", "--json", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result["invalid"] == 0 and result["kind"] == "attribution"
+    assert result["roc_auc(score)"]["value"] == 1.0
+
+
+def test_bench_dry_run_counts_generate_calls(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    data = tmp_path / "frank.jsonl"
+    rows = [
+        {"id": str(i), "source": "Cats purr. Dogs bark.", "summary": s}
+        for i, s in enumerate(["Cats purr.", "Dogs bark.", "Cats purr. Dogs bark."])
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    out = tmp_path / "bench.json"
+    bench.main(["--data", str(data), "--rows", "3", "--backend", "fakes:ScriptedEngine", "--json", str(out)])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("speedup batched/sequential: ")
+    modes = {m["mode"][:3]: m for m in json.loads(out.read_text())["modes"]}
+    assert modes["(a)"]["generate_calls"] == 2
+    assert modes["(c)"]["generate_calls"] == 2
+    assert modes["(b)"]["generate_calls"] == 3 * 3  # alignment, questions, coverage per row
