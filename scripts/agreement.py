@@ -17,7 +17,8 @@ Rows whose scoring failed are counted as invalid and left out of the metrics: th
 reported, and it must be 0.
 
     .venv/bin/python scripts/agreement.py ../shared/data/frank_dev.jsonl --limit 40
-    .venv/bin/python scripts/agreement.py ../shared/data/attribution_dev.jsonl --limit 40 --json docs/agreement-attr.json
+    .venv/bin/python scripts/agreement.py ../shared/data/attribution_dev.jsonl --limit 40 \
+        --json docs/agreement-attribution.json
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
 
 def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:
     """P(score of a positive > score of a negative), ties counted half (Mann-Whitney)."""
-    s, l = np.asarray(scores, float), np.asarray(labels, int)
-    pos, neg = s[l == 1], s[l == 0]
+    s, y = np.asarray(scores, float), np.asarray(labels, int)
+    pos, neg = s[y == 1], s[y == 0]
     if len(pos) == 0 or len(neg) == 0:
         return float("nan")
     greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
@@ -79,13 +80,16 @@ def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:
 
 
 def balanced_accuracy(predicted: Sequence[int], labels: Sequence[int]) -> float:
-    p, l = np.asarray(predicted, int), np.asarray(labels, int)
-    recalls = [float((p[l == c] == c).mean()) for c in (0, 1) if (l == c).any()]
+    p, y = np.asarray(predicted, int), np.asarray(labels, int)
+    recalls = [float((p[y == c] == c).mean()) for c in (0, 1) if (y == c).any()]
     return float(np.mean(recalls)) if recalls else float("nan")
 
 
 def bootstrap(
-    metric: Callable[..., float], columns: Sequence[Sequence[float]], draws: int = 1000, seed: int = 1234
+    metric: Callable[..., float],
+    columns: Sequence[Sequence[float]],
+    draws: int = 1000,
+    seed: int = 1234,
 ) -> tuple[float, float, float]:
     """The metric and its 95 % percentile interval over rows resampled with replacement."""
     cols = [np.asarray(c) for c in columns]
@@ -123,7 +127,11 @@ def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, m
     if kind == "attribution":
         scorer = create_context_recall_scorer(engine, context=["(per row)"], scale=scale)
         runs = [
-            {"input": r.get("question", ""), "ground_truth": r["ground_truth"], "context": r["context"]}
+            {
+                "input": r.get("question", ""),
+                "ground_truth": r["ground_truth"],
+                "context": r["context"],
+            }
             for r in records
         ]
     else:
@@ -133,7 +141,7 @@ def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, m
 
 
 def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
-    ok = [(r, s) for r, s in zip(records, results) if s.error is None]
+    ok = [(r, s) for r, s in zip(records, results, strict=True) if s.error is None]
     out: dict[str, Any] = {"rows": len(records), "invalid": len(records) - len(ok)}
     if len(ok) < 2:
         return out
@@ -148,7 +156,12 @@ def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
         full = [int(s.score == scale) for _, s in ok]
         align = [s.axes["alignment"] for _, s in ok]
         report("balanced_accuracy(score==scale)", balanced_accuracy, full, labels)
-        report("balanced_accuracy(alignment==1)", balanced_accuracy, [int(a == 1.0) for a in align], labels)
+        report(
+            "balanced_accuracy(alignment==1)",
+            balanced_accuracy,
+            [int(a == 1.0) for a in align],
+            labels,
+        )
         report("roc_auc(alignment)", roc_auc, align, labels)
         report("spearman(alignment, human_score)", spearman, align, human)
         report("spearman(score, human_score)", spearman, [s.score for _, s in ok], human)
@@ -163,16 +176,27 @@ def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
     else:
         labels = [r["label_attributed"] for r, _ in ok]
         recall = [s.score for _, s in ok]
-        report("balanced_accuracy(score==scale)", balanced_accuracy, [int(v == scale) for v in recall], labels)
+        report(
+            "balanced_accuracy(score==scale)",
+            balanced_accuracy,
+            [int(v == scale) for v in recall],
+            labels,
+        )
         report("roc_auc(score)", roc_auc, recall, labels)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("data", type=Path, help="a labelled JSONL file")
-    parser.add_argument("--limit", type=int, default=None, help="score the first N rows (after --seed shuffle)")
-    parser.add_argument("--seed", type=int, default=1234, help="shuffle seed for --limit (-1: file order)")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="score the first N rows (after --seed shuffle)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=1234, help="shuffle seed for --limit (-1: file order)"
+    )
     parser.add_argument("--model", default=None)
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--max-questions", type=int, default=5)
@@ -191,12 +215,17 @@ def main(argv: list[str] | None = None) -> int:
     results = score(records, kind, engine, args.scale, args.max_questions)
     seconds = time.perf_counter() - t
     out = metrics(records, results, kind, args.scale)
-    out.update({"file": str(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)})
+    out.update(
+        {"file": str(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
+    )
     errors = [r.error for r in results if r.error]
     if errors:
         print(f"{len(errors)} invalid rows, first: {errors[0]}", file=sys.stderr)
 
-    print(f"| {args.data.name} ({kind}, {out['rows']} rows, {out['invalid']} invalid) | value | 95 % CI |")
+    print(
+        f"| {args.data.name} ({kind}, {out['rows']} rows, {out['invalid']} invalid) "
+        "| value | 95 % CI |"
+    )
     print("|---|---:|---|")
     for name, m in out.items():
         if isinstance(m, dict) and "value" in m:

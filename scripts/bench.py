@@ -106,12 +106,22 @@ def measure(label: str, meter: Meter, seconds: float, rows: int) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a small run that ends in minutes on a 2-core CPU")
-    parser.add_argument("--model", default=None, help="model folder or preset (default: the embedded model)")
-    parser.add_argument("--backend", default="auto", help="auto | vllm | transformers | module:factory")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a small run that ends in minutes on a 2-core CPU"
+    )
+    parser.add_argument(
+        "--model", default=None, help="model folder or preset (default: the embedded model)"
+    )
+    parser.add_argument(
+        "--backend", default="auto", help="auto | vllm | transformers | module:factory"
+    )
     parser.add_argument("--rows", type=int, default=24)
-    parser.add_argument("--docs", type=int, default=None, help="take the rows from this many documents")
+    parser.add_argument(
+        "--docs", type=int, default=None, help="take the rows from this many documents"
+    )
     parser.add_argument("--max-questions", type=int, default=5)
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
@@ -122,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = load_rows(args.data, args.rows, args.docs)
     engine = load_engine(args.model, backend=args.backend)
-    print(f"# {len(rows)} rows, max_questions={args.max_questions}, engine={engine.name}", file=sys.stderr)
+    print(
+        f"# {len(rows)} rows, max_questions={args.max_questions}, engine={engine.name}",
+        file=sys.stderr,
+    )
 
     # Warm up once (compiles the schemas' constraints, loads kernels) so no mode pays for it.
     create_summarization_scorer(engine, max_questions=args.max_questions).run_batch(rows[:1])
@@ -150,11 +163,16 @@ def main(argv: list[str] | None = None) -> int:
         scorer_b = create_summarization_scorer(one_by_one, max_questions=args.max_questions)
         t = time.perf_counter()
         for row in rows:
-            Runner(one_by_one, cache_size=0).run([(scorer_b.id, scorer_b.steps(row["input"], row["output"]))])
+            Runner(one_by_one, cache_size=0).run(
+                [(scorer_b.id, scorer_b.steps(row["input"], row["output"]))]
+            )
         b = measure("(b) sequential, per row", sequential, time.perf_counter() - t, len(rows))
         table.insert(1, b)
 
-    print("| mode | rows/s | prompt tok/s | output tok/s | cached share | generate() calls | invalid |")
+    print(
+        "| mode | rows/s | prompt tok/s | output tok/s | cached share "
+        "| generate() calls | invalid |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for m in table:
         print(
@@ -169,7 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
-            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "modes": table, "ratios": ratios}, indent=2)
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "modes": table,
+                    "ratios": ratios,
+                },
+                indent=2,
+            )
         )
     if "a_over_b" in ratios:
         print(f"speedup batched/sequential: {ratios['a_over_b']:.2f}")

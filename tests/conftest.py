@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakes import ScriptedEngine  # noqa: E402
+from fakes import ScriptedEngine
 
 
 @pytest.fixture

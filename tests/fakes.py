@@ -23,9 +23,43 @@ from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 
 STOP = {
-    "the", "and", "was", "were", "for", "with", "that", "this", "from", "has", "had", "have",
-    "his", "her", "its", "are", "is", "it", "he", "she", "they", "by", "in", "of", "to", "a",
-    "an", "on", "at", "as", "be", "true", "which", "who", "did", "does", "do",
+    "the",
+    "and",
+    "was",
+    "were",
+    "for",
+    "with",
+    "that",
+    "this",
+    "from",
+    "has",
+    "had",
+    "have",
+    "his",
+    "her",
+    "its",
+    "are",
+    "is",
+    "it",
+    "he",
+    "she",
+    "they",
+    "by",
+    "in",
+    "of",
+    "to",
+    "a",
+    "an",
+    "on",
+    "at",
+    "as",
+    "be",
+    "true",
+    "which",
+    "who",
+    "did",
+    "does",
+    "do",
 }
 
 
@@ -74,24 +108,28 @@ def answer(request: JudgeRequest) -> dict[str, Any]:
         summary = words(tagged(user, "summary"))
         return {
             "coverage": [
-                {"question": q, "reason": "looked in the summary",
-                 "answered": words(question_fact(q)) <= summary}
+                {
+                    "question": q,
+                    "reason": "looked in the summary",
+                    "answered": words(question_fact(q)) <= summary,
+                }
                 for q in listed(tagged(user, "questions"))
             ]
         }
     if request.tag == "context_recall.claims":
         return {"claims": sentences(tagged(user, "answer"))}
     if request.tag == "context_recall.attribution":
-        passages = [
-            words(p)
-            for p in re.findall(r"<passage>\n(.*?)\n</passage>", user, flags=re.S)
-        ]
+        passages = [words(p) for p in re.findall(r"<passage>\n(.*?)\n</passage>", user, flags=re.S)]
         verdicts = []
         for claim in listed(tagged(user, "claims")):
             found = [i for i, p in enumerate(passages, 1) if words(claim) <= p]
             verdicts.append(
-                {"claim": claim, "reason": "matched words", "attributed": bool(found),
-                 "passages": found}
+                {
+                    "claim": claim,
+                    "reason": "matched words",
+                    "attributed": bool(found),
+                    "passages": found,
+                }
             )
         return {"verdicts": verdicts}
     if request.tag.endswith(".reason"):
@@ -130,10 +168,14 @@ class ScriptedEngine:
 
     def _reply(self, request: JudgeRequest) -> JudgeReply:
         made: Any = (
-            self.overrides[request.tag](request) if request.tag in self.overrides else answer(request)
+            self.overrides[request.tag](request)
+            if request.tag in self.overrides
+            else answer(request)
         )
         if isinstance(made, JudgeReply):
             return made
         text = made if isinstance(made, str) else json.dumps(made, ensure_ascii=False)
         prompt = sum(len(m["content"]) for m in request.messages) // 4
-        return reply_from_text(request, text, prompt_tokens=prompt, output_tokens=len(text) // 4 + 1)
+        return reply_from_text(
+            request, text, prompt_tokens=prompt, output_tokens=len(text) // 4 + 1
+        )

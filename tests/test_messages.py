@@ -4,11 +4,18 @@ from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text,
 
 def test_message_text_shapes():
     assert message_text({"role": "user", "content": "plain"}) == "plain"
-    parts = [{"type": "text", "text": "a"}, {"type": "image", "url": "x"}, {"type": "text", "text": "b"}]
+    parts = [
+        {"type": "text", "text": "a"},
+        {"type": "image", "url": "x"},
+        {"type": "text", "text": "b"},
+    ]
     assert message_text({"role": "user", "content": parts}) == "a\nb"
     assert message_text({"role": "user", "content": {"parts": parts}}) == "a\nb"
     assert message_text({"role": "user", "content": {"content": "inner"}}) == "inner"
-    assert message_text({"role": "user", "content": {"parts": [], "content": "fallback"}}) == "fallback"
+    assert (
+        message_text({"role": "user", "content": {"parts": [], "content": "fallback"}})
+        == "fallback"
+    )
     assert message_text({"role": "user", "content": None}) == ""
     assert message_text({"role": "user"}) == ""
 
@@ -52,28 +59,50 @@ def test_extract_tool_results_parts_and_legacy_in_order():
                     {
                         "type": "tool-invocation",
                         "toolInvocation": {
-                            "state": "result", "toolCallId": "c1", "toolName": "fetchDocument",
-                            "args": {"id": 1}, "result": "doc one",
+                            "state": "result",
+                            "toolCallId": "c1",
+                            "toolName": "fetchDocument",
+                            "args": {"id": 1},
+                            "result": "doc one",
                         },
                     },
                     {
                         "type": "tool-invocation",
-                        "toolInvocation": {"state": "call", "toolCallId": "c2", "toolName": "pending"},
+                        "toolInvocation": {
+                            "state": "call",
+                            "toolCallId": "c2",
+                            "toolName": "pending",
+                        },
                     },
                 ],
                 # legacy mirror of c1 (same call) and a legacy-only call c3
                 "toolInvocations": [
-                    {"state": "result", "toolCallId": "c1", "toolName": "fetchDocument",
-                     "args": {"id": 1}, "result": "doc one"},
-                    {"state": "result", "toolCallId": "c3", "toolName": "search",
-                     "args": {"q": "x"}, "result": ["a", "b"]},
+                    {
+                        "state": "result",
+                        "toolCallId": "c1",
+                        "toolName": "fetchDocument",
+                        "args": {"id": 1},
+                        "result": "doc one",
+                    },
+                    {
+                        "state": "result",
+                        "toolCallId": "c3",
+                        "toolName": "search",
+                        "args": {"q": "x"},
+                        "result": ["a", "b"],
+                    },
                 ],
             },
         },
         {"role": "assistant", "content": "done"},
     ]
     assert extract_tool_results(output) == [
-        {"tool_name": "fetchDocument", "tool_call_id": "c1", "args": {"id": 1}, "result": "doc one"},
+        {
+            "tool_name": "fetchDocument",
+            "tool_call_id": "c1",
+            "args": {"id": 1},
+            "result": "doc one",
+        },
         {"tool_name": "search", "tool_call_id": "c3", "args": {"q": "x"}, "result": ["a", "b"]},
     ]
     assert extract_tool_results("plain") == []

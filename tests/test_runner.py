@@ -1,10 +1,11 @@
 """The runner: one generate() per wave across rows and scorers, failures isolated."""
 
 import pytest
-from fakes import ScriptedEngine
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer, run_evals
 from evalgpu.runner import Runner
+
+from fakes import ScriptedEngine
 
 SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
 

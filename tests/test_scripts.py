@@ -36,7 +36,9 @@ def test_auc_and_balanced_accuracy():
 
 
 def test_bootstrap_interval_contains_the_value():
-    value, lo, hi = agreement.bootstrap(agreement.spearman, [list(range(30)), list(range(30))], draws=50)
+    value, lo, hi = agreement.bootstrap(
+        agreement.spearman, [list(range(30)), list(range(30))], draws=50
+    )
     assert value == pytest.approx(1.0) and lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
 
 
@@ -66,7 +68,18 @@ def test_bench_dry_run_counts_generate_calls(tmp_path, monkeypatch, capsys):
     ]
     data.write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "bench.json"
-    bench.main(["--data", str(data), "--rows", "3", "--backend", "fakes:ScriptedEngine", "--json", str(out)])
+    bench.main(
+        [
+            "--data",
+            str(data),
+            "--rows",
+            "3",
+            "--backend",
+            "fakes:ScriptedEngine",
+            "--json",
+            str(out),
+        ]
+    )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("speedup batched/sequential: ")
     modes = {m["mode"][:3]: m for m in json.loads(out.read_text())["modes"]}

@@ -214,9 +214,7 @@ class Runner:
                 second.output_tokens += first.output_tokens
                 second.cached_tokens += first.cached_tokens
                 if second.finish_reason == "length":
-                    second.error = (
-                        f"reply cut at max_tokens={request.max_tokens} after one retry"
-                    )
+                    second.error = f"reply cut at max_tokens={request.max_tokens} after one retry"
                 replies[i] = second
         return replies, costs
 
@@ -296,7 +294,9 @@ def run_evals(
                 jobs.append((i, scorer))
                 rows.append((scorer.id, scorer.steps(item["input"], outputs[i], ground_truth)))
         labels = [f"item {i + 1}" for i, _ in jobs]
-        for (i, scorer), result in zip(jobs, Runner(group[0].engine).run(rows, labels)):
+        for (i, scorer), result in zip(
+            jobs, Runner(group[0].engine).run(rows, labels), strict=True
+        ):
             per_item[i][scorer.id] = result
 
     entries = []

@@ -14,7 +14,7 @@ Bounds and budgets were chosen from measurements on the default model (docs/SCHE
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -129,7 +129,7 @@ class Reason(BaseModel):
     reason: Annotated[str, Field(min_length=1, max_length=SUMMARY_REASON_CHARS)]
 
 
-@lru_cache(maxsize=None)
+@cache
 def questions_schema(max_questions: int) -> type[Questions]:
     """`Questions` with at most `max_questions` items (one class per bound, built once)."""
     return create_model(
@@ -139,7 +139,7 @@ def questions_schema(max_questions: int) -> type[Questions]:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def coverage_schema(max_questions: int) -> type[Coverage]:
     """`Coverage` with at most `max_questions` verdicts."""
     return create_model(
@@ -149,7 +149,7 @@ def coverage_schema(max_questions: int) -> type[Coverage]:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def attribution_schema(n_passages: int) -> type[Attribution]:
     """`Attribution` whose passage numbers can only be 1..n_passages.
 

@@ -3,9 +3,10 @@
 import re
 
 import pytest
-from fakes import ScriptedEngine
 
 from evalgpu import create_context_recall_scorer
+
+from fakes import ScriptedEngine
 
 EINSTEIN = "Einstein was born in 1879. Einstein developed relativity. Einstein won the Nobel Prize."
 CONTEXT = [
@@ -34,9 +35,13 @@ def test_reference_example_two_of_three(engine):
     verdicts = result.analyze_step_result["verdicts"]
     assert [v["attributed"] for v in verdicts] == [True, True, False]
     assert [v["passages"] for v in verdicts] == [[1], [2], []]
-    assert result.preprocess_step_result == {"claims": [
-        "Einstein was born in 1879.", "Einstein developed relativity.", "Einstein won the Nobel Prize."
-    ]}
+    assert result.preprocess_step_result == {
+        "claims": [
+            "Einstein was born in 1879.",
+            "Einstein developed relativity.",
+            "Einstein won the Nobel Prize.",
+        ]
+    }
     assert result.reason.startswith("Recall 0.67: 2 of 3 ground-truth claims found")
     assert '"Einstein was born in 1879." (passage 1)' in result.reason
     assert 'Missing: "Einstein won the Nobel Prize."' in result.reason
@@ -53,7 +58,10 @@ def test_scale_multiplies(engine):
         ({}, "context or context_extractor is required"),
         ({"context": []}, "context must not be empty, got []"),
         ({"context": CONTEXT, "scale": 0}, "scale must be > 0, got 0"),
-        ({"context": CONTEXT, "reason": "free"}, "reason must be 'template' or 'model', got 'free'"),
+        (
+            {"context": CONTEXT, "reason": "free"},
+            "reason must be 'template' or 'model', got 'free'",
+        ),
     ],
 )
 def test_bad_options_raise_value_error_at_construction(engine, kwargs, message):
@@ -94,7 +102,9 @@ def test_extractor_without_static_context_fails_plain_runs_clearly(engine):
 def test_extractor_that_returns_a_non_list_fails_its_row(engine):
     scorer = create_context_recall_scorer(engine, context_extractor=lambda i, o: 42)
     results = scorer.run_batch([agent_run("q", "A fact."), {"input": "q", "ground_truth": "A."}])
-    assert results[0].error == "row 1: context: context_extractor returned not a list of strings (int)"
+    assert (
+        results[0].error == "row 1: context: context_extractor returned not a list of strings (int)"
+    )
     assert results[1].error.startswith("row 2: context:")
 
 
@@ -124,7 +134,9 @@ def test_no_claims_scores_zero_without_attribution_call():
 
 def test_verdicts_match_claims_by_position():
     def one_verdict(request):
-        return {"verdicts": [{"claim": "other", "reason": "r", "attributed": True, "passages": [3]}]}
+        return {
+            "verdicts": [{"claim": "other", "reason": "r", "attributed": True, "passages": [3]}]
+        }
 
     engine = ScriptedEngine(overrides={"context_recall.attribution": one_verdict})
     result = create_context_recall_scorer(engine, context=CONTEXT).run(
@@ -137,7 +149,9 @@ def test_verdicts_match_claims_by_position():
 
 
 def test_passage_numbers_outside_the_context_violate_the_schema():
-    bad = lambda r: {"verdicts": [{"claim": "c", "reason": "r", "attributed": True, "passages": [9]}]}  # noqa: E731
+    def bad(request):
+        return {"verdicts": [{"claim": "c", "reason": "r", "attributed": True, "passages": [9]}]}
+
     engine = ScriptedEngine(overrides={"context_recall.attribution": bad})
     result = create_context_recall_scorer(engine, context=CONTEXT).run(
         input="q", output="a", ground_truth=EINSTEIN
@@ -150,7 +164,9 @@ def test_passage_numbers_outside_the_context_violate_the_schema():
 
 def test_claims_for_a_repeated_ground_truth_are_asked_once(engine):
     scorer = create_context_recall_scorer(engine, context=CONTEXT)
-    runs = [{"input": "q", "output": "a", "ground_truth": EINSTEIN, "context": [p]} for p in CONTEXT]
+    runs = [
+        {"input": "q", "output": "a", "ground_truth": EINSTEIN, "context": [p]} for p in CONTEXT
+    ]
     results = scorer.run_batch(runs)
     assert len(engine.by_tag("context_recall.claims")) == 1
     assert len(engine.calls) == 2

@@ -5,17 +5,20 @@ import os
 import re
 
 import pytest
-from fakes import ScriptedEngine
 
 from evalgpu import JudgeReply, create_summarization_scorer
 from evalgpu.verdicts import Alignment, coverage_schema, questions_schema
+
+from fakes import ScriptedEngine
 
 SOURCE = (
     "The company was founded in 1995 by John Smith. It started with 10 employees and grew "
     "to 500 by 2020. The company is based in Seattle."
 )
 FULL = SOURCE
-FAITHFUL_BUT_SHORT = "The company was founded in 1995 by John Smith. The company is based in Seattle."
+FAITHFUL_BUT_SHORT = (
+    "The company was founded in 1995 by John Smith. The company is based in Seattle."
+)
 WRONG_YEAR = (
     "The company was founded in 1996 by John Smith. It started with 10 employees and grew "
     "to 500 by 2020. The company is based in Seattle."
@@ -61,7 +64,9 @@ def test_wrong_number_lowers_alignment_and_the_reason_names_the_claim(engine):
 
 
 def test_score_is_the_lower_axis_times_scale(engine):
-    result = create_summarization_scorer(engine, scale=10).run(**agent_run(SOURCE, FAITHFUL_BUT_SHORT))
+    result = create_summarization_scorer(engine, scale=10).run(
+        **agent_run(SOURCE, FAITHFUL_BUT_SHORT)
+    )
     assert result.score == pytest.approx(10 * 2 / 3)
     assert result.reason.startswith("Score 6.67, set by coverage")
 
@@ -73,7 +78,9 @@ def test_result_serialises_with_reference_names(engine):
     assert set(data["analyzeStepResult"]) == {"coverage"}
     assert set(data["preprocessStepResult"]["alignment"][0]) == {"claim", "supported", "reason"}
     assert set(data["analyzeStepResult"]["coverage"][0]) == {"question", "answered", "reason"}
-    assert len(data["analyzeStepResult"]["coverage"]) == len(data["preprocessStepResult"]["questions"])
+    assert len(data["analyzeStepResult"]["coverage"]) == len(
+        data["preprocessStepResult"]["questions"]
+    )
     assert data["usage"]["prompt_tokens"] > 0 and data["usage"]["calls"] == 3
 
 
@@ -175,7 +182,7 @@ def test_shared_prefix_instructions_then_source(engine):
     (alignment,) = engine.by_tag("summarization.alignment")
     (questions,) = engine.by_tag("summarization.questions")
     assert alignment.messages[0] == questions.messages[0]  # same system message
-    shared = os.path.commonprefix([user_text(alignment), user_text(questions)])
+    shared = os.path.commonprefix([user_text(alignment), user_text(questions)])  # noqa: RUF071
     assert SOURCE in shared  # instructions, then the source: a prefix cache can reuse both
 
 
@@ -235,7 +242,11 @@ def test_no_questions_scores_zero_without_a_coverage_call():
 
 def test_blank_summary_is_an_error_naming_the_field(engine):
     results = create_summarization_scorer(engine).run_batch(
-        [agent_run(SOURCE, "   "), {"input": SOURCE, "output": None}, {"input": " ", "output": FULL}]
+        [
+            agent_run(SOURCE, "   "),
+            {"input": SOURCE, "output": None},
+            {"input": " ", "output": FULL},
+        ]
     )
     assert [r.score for r in results] == [None, None, None]
     assert results[0].error.startswith("row 1: summary:")
@@ -261,11 +272,16 @@ def test_model_reason_is_one_more_call_seeing_verdicts_only(engine):
 
 
 def test_batch_sends_every_row_in_two_generate_calls(engine):
-    runs = [agent_run(f"Fact {i} is here. Other fact {i} too.", f"Fact {i} is here.") for i in range(25)]
+    runs = [
+        agent_run(f"Fact {i} is here. Other fact {i} too.", f"Fact {i} is here.") for i in range(25)
+    ]
     results = create_summarization_scorer(engine).run_batch(runs)
     assert len(engine.calls) == 2
     assert [len(c) for c in engine.calls] == [50, 25]
-    assert {r.tag for r in engine.calls[0]} == {"summarization.alignment", "summarization.questions"}
+    assert {r.tag for r in engine.calls[0]} == {
+        "summarization.alignment",
+        "summarization.questions",
+    }
     assert all(r.score == 0.5 for r in results)
 
 
@@ -318,7 +334,9 @@ def test_a_schema_violation_fails_only_its_row():
         [{"input": "Bad row.", "output": "Bad row."}, {"input": "Good row.", "output": "Good row."}]
     )
     assert results[0].score is None
-    assert results[0].error.startswith("row 1: summarization.alignment: reply does not match the schema")
+    assert results[0].error.startswith(
+        "row 1: summarization.alignment: reply does not match the schema"
+    )
     assert results[1].score == 1.0
 
 
@@ -341,7 +359,9 @@ def test_a_cut_reply_is_retried_once_with_twice_the_budget():
     def cut_once(request):
         budgets.append(request.max_tokens)
         if len(budgets) == 1:
-            return JudgeReply(None, '{"questions": ["Is', 10, request.max_tokens, 0, "length", "cut")
+            return JudgeReply(
+                None, '{"questions": ["Is', 10, request.max_tokens, 0, "length", "cut"
+            )
         return {"questions": ["Is the company based in Seattle?"]}
 
     engine = ScriptedEngine(overrides={"summarization.questions": cut_once})

@@ -141,7 +141,9 @@ def reason_request(verdicts: list[dict[str, Any]], score: float) -> JudgeRequest
     )
 
 
-def match_verdicts(claims: list[str], verdicts: Sequence[AttributionVerdict]) -> list[dict[str, Any]]:
+def match_verdicts(
+    claims: list[str], verdicts: Sequence[AttributionVerdict]
+) -> list[dict[str, Any]]:
     """One verdict per claim, matched by position; a missing verdict is not attributed."""
     entries = []
     for i, claim in enumerate(claims):
@@ -149,11 +151,21 @@ def match_verdicts(claims: list[str], verdicts: Sequence[AttributionVerdict]) ->
             v = verdicts[i]
             passages = sorted(set(v.passages)) if v.attributed else []
             entries.append(
-                {"claim": claim, "attributed": v.attributed, "reason": v.reason, "passages": passages}
+                {
+                    "claim": claim,
+                    "attributed": v.attributed,
+                    "reason": v.reason,
+                    "passages": passages,
+                }
             )
         else:
             entries.append(
-                {"claim": claim, "attributed": False, "reason": "no verdict was returned", "passages": []}
+                {
+                    "claim": claim,
+                    "attributed": False,
+                    "reason": "no verdict was returned",
+                    "passages": [],
+                }
             )
     return entries
 
@@ -162,7 +174,10 @@ def template_reason(score: float, verdicts: list[dict[str, Any]], n_passages: in
     """Which claims were found (with their passages), and which were missing."""
     found = [v for v in verdicts if v["attributed"]]
     missing = [v for v in verdicts if not v["attributed"]]
-    lines = [f"Recall {score:.2f}: {len(found)} of {len(verdicts)} ground-truth claims found in the context."]
+    lines = [
+        f"Recall {score:.2f}: {len(found)} of {len(verdicts)} ground-truth claims "
+        "found in the context."
+    ]
     if n_passages == 0:
         lines.append("The context has no passages.")
     if found:
@@ -170,7 +185,7 @@ def template_reason(score: float, verdicts: list[dict[str, Any]], n_passages: in
             "Found: "
             + "; ".join(
                 f'"{v["claim"]}" (passage{"s" if len(v["passages"]) > 1 else ""} '
-                f'{", ".join(map(str, v["passages"])) or "?"})'
+                f"{', '.join(map(str, v['passages'])) or '?'})"
                 for v in found
             )
         )
@@ -251,13 +266,16 @@ def _passages(
         try:
             got: Any = context_extractor(input, output)
         except Exception as exc:
-            raise InputError(f"context: context_extractor raised {type(exc).__name__}: {exc}") from exc
+            raise InputError(
+                f"context: context_extractor raised {type(exc).__name__}: {exc}"
+            ) from exc
         where = "context_extractor returned"
     elif context is not None:
         got, where = context, "context is"
     else:
         raise InputError(
-            "context: context_extractor applies to agent-shaped runs only, and no static context was given"
+            "context: context_extractor applies to agent-shaped runs only, "
+            "and no static context was given"
         )
     if isinstance(got, str):
         got = [got]

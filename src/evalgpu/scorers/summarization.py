@@ -24,7 +24,6 @@ from evalgpu.verdicts import (
     REASON_CHARS,
     SUMMARY_REASON_CHARS,
     Alignment,
-    ClaimVerdict,
     Coverage,
     CoverageVerdict,
     Questions,
@@ -142,7 +141,8 @@ def questions_request(source: str, max_questions: int) -> JudgeRequest:
 
 def coverage_request(summary: str, questions: list[str], max_questions: int) -> JudgeRequest:
     """The questions answered from the summary alone: the source is not in this prompt."""
-    user = f"{fence('summary', summary)}\n\n{fence('questions', numbered(questions))}\n\n{COVERAGE_TASK}"
+    listed = fence("questions", numbered(questions))
+    user = f"{fence('summary', summary)}\n\n{listed}\n\n{COVERAGE_TASK}"
     return JudgeRequest(
         tag="summarization.coverage",
         messages=judge_chat(user),
@@ -202,14 +202,16 @@ def combine(alignment: list[dict[str, Any]], coverage: list[dict[str, Any]]) -> 
 
 
 def template_reason(
-    score: float, axes: dict[str, float], alignment: list[dict[str, Any]], coverage: list[dict[str, Any]]
+    score: float,
+    axes: dict[str, float],
+    alignment: list[dict[str, Any]],
+    coverage: list[dict[str, Any]],
 ) -> str:
-    """Names the axis that set the score (both on a tie), both axis scores, and what is behind it."""
+    """Name the axis that set the score (both on a tie), both axis scores, and what is behind."""
     a, c = axes["alignment"], axes["coverage"]
     limiting = ["alignment"] if a < c else ["coverage"] if c < a else ["alignment", "coverage"]
     lines = [
-        f"Score {score:.2f}, set by {' and '.join(limiting)} "
-        f"(alignment {a:.2f}, coverage {c:.2f})."
+        f"Score {score:.2f}, set by {' and '.join(limiting)} (alignment {a:.2f}, coverage {c:.2f})."
     ]
     if "alignment" in limiting:
         unsupported = [v for v in alignment if not v["supported"]]
@@ -259,9 +261,13 @@ def _steps(
         try:
             text = source_extractor(input, output)
         except Exception as exc:
-            raise InputError(f"source: source_extractor raised {type(exc).__name__}: {exc}") from exc
+            raise InputError(
+                f"source: source_extractor raised {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(text, str):
-            raise InputError(f"source: source_extractor must return a str, got {type(text).__name__}")
+            raise InputError(
+                f"source: source_extractor must return a str, got {type(text).__name__}"
+            )
     elif source is not None:
         text = source
     else:
