@@ -1,0 +1,377 @@
+"""`python -m evalgpu`: parse flags, build the settings, call the run, write lines.
+
+Commands: `run` (score dataset files into an output folder), `report` (the table and the
+static page of an output folder), `models list|pull`. Exit status: 0 when the command
+finished (a run with some failed rows included), 1 when nothing could be done (no row
+scored, the model did not load), 2 for a usage error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from evalgpu.sweep import SCORERS, ConfigError, Progress, RunSettings, open_sweep
+
+__all__ = ["main"]
+
+PROG = "python -m evalgpu"
+ERRORS_SHOWN = 20
+"""Row errors echoed on stderr as they happen; the rest are only in results.jsonl."""
+
+RUN_EXAMPLES = f"""\
+examples:
+  {PROG} run examples/summarization.jsonl --scorer summarization --out runs/summ
+  {PROG} run examples/context_recall.jsonl --scorer context-recall --out runs/recall
+  {PROG} run outputs.csv --scorer summarization --map summary=model_output --out runs/csv
+  {PROG} run big.parquet --scorer summarization --scorer context-recall \\
+      --model qwen2.5-7b-instruct --backend vllm --chunk-size 512 --out runs/big
+
+Rows: JSON Lines, JSON (an array), CSV or Parquet, by extension. Fields: id, source,
+summary (or output), input (the question, or agent-shaped messages), ground_truth, context
+(a list of passages, or one string). Running again with the same --out resumes: only rows
+without a successful result are scored."""
+
+REPORT_EXAMPLES = f"""\
+examples:
+  {PROG} report runs/summ        # the table on stdout, runs/summ/report.html"""
+
+MODELS_EXAMPLES = f"""\
+examples:
+  {PROG} models list
+  {PROG} models pull             # the default model, into the models folder"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (and exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="LLM-as-judge scoring of summaries and retrieval on a local model.",
+        epilog=f"run `{PROG} COMMAND --help` for a command's options and examples",
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+    raw = argparse.RawDescriptionHelpFormatter
+
+    run = commands.add_parser(
+        "run",
+        help="score dataset files into an output folder",
+        epilog=RUN_EXAMPLES,
+        formatter_class=raw,
+        description="Score dataset files with one or more scorers, streaming, resumable.",
+    )
+    run.add_argument(
+        "data", nargs="+", metavar="DATA", help="dataset files (.jsonl .json .csv .parquet)"
+    )
+    run.add_argument(
+        "--scorer",
+        action="append",
+        required=True,
+        choices=list(SCORERS),
+        help="a scorer to run (repeat for several)",
+    )
+    run.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="output folder: results.jsonl, summary.json, config.json (resumed when it exists)",
+    )
+    run.add_argument("--model", help="a model folder or preset name (default: the default model)")
+    run.add_argument(
+        "--backend",
+        default="auto",
+        help="auto, vllm, transformers, or module:factory for your own engine (default: auto)",
+    )
+    run.add_argument(
+        "--max-questions",
+        type=int,
+        default=10,
+        metavar="N",
+        help="summarization: coverage questions per source (default: 10)",
+    )
+    run.add_argument(
+        "--scale", type=float, default=1.0, metavar="X", help="scores lie in [0, X] (default: 1)"
+    )
+    run.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="FIELD=COLUMN",
+        help="read FIELD from COLUMN, e.g. summary=model_output (repeatable)",
+    )
+    run.add_argument(
+        "--chunk-size",
+        type=int,
+        default=256,
+        metavar="N",
+        help="rows per engine batch and per append to results.jsonl (default: 256)",
+    )
+    run.add_argument("--limit", type=int, metavar="N", help="read at most N rows in all")
+    run.add_argument(
+        "--progress",
+        choices=["auto", "bar", "lines", "off"],
+        default="auto",
+        help="a bar on a terminal, else a line every 10 s (default: auto)",
+    )
+
+    report = commands.add_parser(
+        "report",
+        help="print the table of an output folder and write its report.html",
+        epilog=REPORT_EXAMPLES,
+        formatter_class=raw,
+        description="Per-scorer table, lowest-scoring rows with their reasons, and a static "
+        "report.html (score histograms, alignment vs coverage).",
+    )
+    report.add_argument("dir", type=Path, metavar="DIR", help="an output folder of `run`")
+
+    models = commands.add_parser(
+        "models",
+        help="list the model presets, or pull the default model",
+        epilog=MODELS_EXAMPLES,
+        formatter_class=raw,
+    )
+    verbs = models.add_subparsers(
+        dest="verb", required=True, metavar="list|pull", parser_class=_Parser
+    )
+    verbs.add_parser("list", help="the presets, and whether their weights are present")
+    pull = verbs.add_parser("pull", help="fetch the default model into the models folder")
+    pull.add_argument("name", nargs="?", help="the preset (default: the default model)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "report":
+        return _report(args)
+    return _models(args)
+
+
+def _fail(command: str, message: str, status: int) -> int:
+    print(f"{PROG} {command}: error: {message}", file=sys.stderr)
+    return status
+
+
+def _settings(args: argparse.Namespace) -> RunSettings:
+    mapping: dict[str, str] = {}
+    for item in args.map:
+        key, sep, column = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--map takes FIELD=COLUMN, got {item!r}")
+        mapping[key.strip()] = column.strip()
+    backend = args.backend
+    if backend not in ("auto", "vllm", "transformers") and ":" not in backend:
+        raise ValueError(
+            f"backend must be auto, vllm, transformers or module:factory, got {backend!r}"
+        )
+    return RunSettings(
+        data=tuple(Path(p) for p in args.data),
+        scorers=tuple(args.scorer),
+        out=args.out,
+        model=args.model,
+        backend=backend,
+        max_questions=args.max_questions,
+        scale=args.scale,
+        mapping=mapping,
+        chunk_size=args.chunk_size,
+        limit=args.limit,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        settings = _settings(args)
+        sweep = open_sweep(settings)
+    except (ValueError, ConfigError) as exc:
+        return _fail("run", str(exc), 2)
+    except OSError as exc:
+        return _fail("run", str(exc), 1)
+    with sweep:
+        from evalgpu.engines import load_engine
+
+        try:
+            engine = load_engine(settings.model, backend=settings.backend)
+        except Exception as exc:
+            return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
+        console = _Console(sys.stderr, args.progress)
+        try:
+            outcome = sweep.run(engine, on_progress=console.progress, on_error=console.error)
+        except KeyboardInterrupt:
+            console.finish()
+            print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)
+            return 130
+        except Exception as exc:  # an engine that breaks its contract, a full disk, ...
+            console.finish()
+            return _fail(
+                "run",
+                f"{type(exc).__name__}: {exc} (finished chunks are kept in "
+                f"{settings.out / 'results.jsonl'}; run again to resume)",
+                1,
+            )
+        finally:
+            console.finish()
+    from evalgpu.report import format_report
+
+    summary = json.loads(outcome.summary_path.read_text(encoding="utf-8"))
+    print(format_report(summary, len(settings.data) > 1))
+    print(f"\nwrote {settings.out / 'results.jsonl'}, {outcome.summary_path}")
+    p = outcome.progress
+    line = (
+        f"{PROG} run: {_n(p.rows_run, 'row')} in {p.elapsed:.1f} s"
+        + (f" ({p.resumed:,} already done)" if p.resumed else "")
+        + f": {p.scored:,} scored, {p.failed:,} failed"
+        + (f' (see "error" in {settings.out / "results.jsonl"})' if p.failed else "")
+    )
+    if outcome.file_errors:
+        line += f"; {len(outcome.file_errors)} unreadable file(s)"
+    if sweep.bad_lines:
+        line += f"; {sweep.bad_lines} unreadable line(s) of results.jsonl skipped"
+    if outcome.total_scored == 0:
+        print(f"{line}; no row could be scored", file=sys.stderr)
+        return 1
+    print(
+        f"{line}; the folder holds {outcome.total_scored:,} scored, "
+        f"{outcome.total_failed:,} failed",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from evalgpu.report import write_report
+
+    try:
+        text, page, bad = write_report(args.dir)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        return _fail("report", str(exc), 2)
+    print(text)
+    note = f"; {bad} unreadable line(s) skipped" if bad else ""
+    print(f"wrote {page}{note}", file=sys.stderr)
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from evalgpu import models
+
+    if args.verb == "list":
+        presets = models.list_presets()
+        default = getattr(models, "DEFAULT_MODEL", None)
+        print(f"{'name':<28} {'context':>8}  {'weights':<8} description")
+        for p in presets:
+            mark = "*" if p.name == default else " "
+            there = "present" if p.present else "missing"
+            print(f"{p.name + mark:<28} {p.max_model_len:>8,}  {there:<8} {p.description}")
+        print(f"\n* the default model. Weights live in {models.models_dir()}/<name>/")
+        return 0
+    try:
+        folder = models.pull(args.name or models.DEFAULT_MODEL)
+    except ValueError as exc:
+        return _fail("models pull", str(exc), 2)
+    except Exception as exc:
+        return _fail("models pull", f"{type(exc).__name__}: {exc}", 1)
+    print(folder)
+    return 0
+
+
+class _Console:
+    """Progress and row errors on stderr: a bar on a terminal, else a line every 10 s."""
+
+    def __init__(self, stream: TextIO, mode: str) -> None:
+        self.stream = stream
+        if mode == "auto":
+            mode = "bar" if stream.isatty() else "lines"
+        self.mode = mode
+        self.interval = 0.2 if mode == "bar" else 10.0
+        self.last = time.monotonic()
+        self.drawn = False
+        self.errors = 0
+
+    def progress(self, p: Progress, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.mode == "off" or (not force and now - self.last < self.interval):
+            return
+        self.last = now
+        if self.mode == "bar":
+            self.stream.write("\r\x1b[K" + _bar(p))
+            self.drawn = True
+        else:
+            self.stream.write(f"{PROG} run: {_status(p)}\n")
+        self.stream.flush()
+
+    def error(self, message: str) -> None:
+        self.errors += 1
+        if self.errors > ERRORS_SHOWN + 1:
+            return
+        if self.errors == ERRORS_SHOWN + 1:
+            message = "further errors are only in results.jsonl"
+        self._clear()
+        self.stream.write(f"{PROG} run: {message}\n")
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.drawn:
+            self.stream.write("\r\x1b[K")
+            self.drawn = False
+
+    def finish(self) -> None:
+        self._clear()
+        self.stream.flush()
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _rates(p: Progress) -> dict[str, Any]:
+    elapsed = max(p.elapsed, 1e-9)
+    rate = p.rows_run / elapsed
+    eta = None
+    if p.rows_total is not None and rate > 0:
+        eta = max(0, p.rows_total - p.rows_done) / rate
+    return {"rate": rate, "tok": p.output_tokens / elapsed, "eta": eta}
+
+
+def _status(p: Progress) -> str:
+    r = _rates(p)
+    total = f"/{p.rows_total:,}" if p.rows_total is not None else ""
+    eta = f", ETA {_clock(r['eta'])}" if r["eta"] is not None else ""
+    failed = f", {p.failed:,} errors" if p.failed else ""
+    return (
+        f"{p.rows_done:,}{total} rows, {r['rate']:.1f} rows/s, "
+        f"{r['tok']:,.0f} output tok/s{eta}{failed}"
+    )
+
+
+def _bar(p: Progress, width: int = 24) -> str:
+    if p.rows_total:
+        share = min(1.0, p.rows_done / p.rows_total)
+        filled = int(share * width)
+        bar = f"[{'#' * filled}{'.' * (width - filled)}] {share:4.0%} "
+    else:
+        bar = ""
+    return bar + _status(p)

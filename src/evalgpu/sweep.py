@@ -1,0 +1,655 @@
+"""The chunked run behind `python -m evalgpu run`: stream rows, score them, append, resume.
+
+A sweep reads its data files one row at a time, gathers a chunk of rows that still need
+scoring, turns each (row, scorer) into the scorer's steps, and hands the whole chunk to one
+`Runner` (so every ready judge call of the chunk goes to the engine in one batch). The
+chunk's records are then appended to `results.jsonl`, flushed and fsync'ed, before the next
+chunk is read. Memory therefore depends on the chunk size, not on the file size.
+
+The output folder holds `config.json` (what was asked, and its hash), `results.jsonl` (one
+record per (row, scorer) outcome, appended) and `summary.json` (written at the end). Running
+again with the same folder and configuration reads `results.jsonl` first and scores only what
+has no successful record: successes are never scored twice, failures are retried. After a
+`kill -9`, at most the chunk in flight is lost; a torn last line is cut off before appending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalgpu.data import FileInfo, RowError, file_format, inspect_file, read_rows
+from evalgpu.engines.base import Engine, JudgeRequest
+from evalgpu.messages import (
+    extract_tool_results,
+    first_user_text,
+    is_agent_run,
+    last_assistant_text,
+)
+from evalgpu.report import Aggregator, scan_results
+from evalgpu.results import RESULT_VERSION, InputError, ScoreResult
+from evalgpu.runner import Runner, Steps, WaveStats
+from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
+from evalgpu.scorers._scorer import Scorer
+
+__all__ = ["SCORERS", "ConfigError", "Outcome", "Progress", "RunSettings", "Sweep", "open_sweep"]
+
+SCORERS = {"summarization": "summarization-scorer", "context-recall": "context-recall-scorer"}
+"""Scorer names on the command line -> scorer ids in records."""
+
+FIELDS = ("id", "input", "output", "source", "summary", "ground_truth", "context")
+"""Row fields; `--map FIELD=COLUMN` reads a field from another column."""
+
+CONFIG_VERSION = 1
+
+# Chat-template tokens allowed per message when checking that a prompt fits the judge.
+_TEMPLATE_TOKENS = 16
+
+# The row field that makes each judge call long, named when it does not fit the judge.
+_TAG_FIELD = {
+    "summarization.alignment": "source",
+    "summarization.questions": "source",
+    "summarization.coverage": "summary",
+    "summarization.reason": "summary",
+    "context_recall.claims": "ground_truth",
+    "context_recall.attribution": "context",
+    "context_recall.reason": "ground_truth",
+}
+
+
+class ConfigError(ValueError):
+    """The output folder cannot take this run (another configuration, or another run in it)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything a sweep needs, validated at construction (CLI flags or Python).
+
+    Args:
+        data: dataset files (.jsonl, .json, .csv, .parquet), scored in order.
+        scorers: "summarization" and/or "context-recall".
+        out: the output folder (created; an existing one is resumed).
+        model: a model folder or preset name; None for the default model.
+        backend: "auto", "vllm", "transformers", or "module:factory".
+        max_questions: summarization's most coverage questions per source (>= 1).
+        scale: both scorers' scale (> 0).
+        mapping: field -> column, for files whose columns have other names.
+        chunk_size: rows scored per engine batch and per append (>= 1).
+        limit: read at most this many rows in all (None: all). Rows already scored count.
+    """
+
+    data: tuple[Path, ...]
+    scorers: tuple[str, ...]
+    out: Path
+    model: str | None = None
+    backend: str = "auto"
+    max_questions: int = 10
+    scale: float = 1.0
+    mapping: Mapping[str, str] = field(default_factory=dict)
+    chunk_size: int = 256
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        # Normalise first, then validate (vLLM's SamplingParams order).
+        object.__setattr__(self, "data", tuple(Path(p) for p in self.data))
+        object.__setattr__(self, "scorers", tuple(dict.fromkeys(self.scorers)))
+        object.__setattr__(self, "out", Path(self.out))
+        object.__setattr__(self, "mapping", dict(self.mapping))
+        if not self.data:
+            raise ValueError("data must name at least one file")
+        for path in self.data:
+            file_format(path)
+            if not path.is_file():
+                raise ValueError(f"data file not found: {path}")
+        if not self.scorers:
+            raise ValueError("scorers must name at least one scorer")
+        for name in self.scorers:
+            if name not in SCORERS:
+                raise ValueError(f"scorer must be one of {', '.join(SCORERS)}, got {name!r}")
+        for key, column in self.mapping.items():
+            if key not in FIELDS:
+                raise ValueError(f"map: unknown field {key!r}; the fields are {', '.join(FIELDS)}")
+            if not column:
+                raise ValueError(f"map: {key}= needs a column name")
+        if (
+            isinstance(self.max_questions, bool)
+            or not isinstance(self.max_questions, int)
+            or self.max_questions < 1
+        ):
+            raise ValueError(f"max_questions must be >= 1, got {self.max_questions!r}")
+        if not (
+            isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0
+        ):
+            raise ValueError(f"scale must be > 0, got {self.scale!r}")
+        if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size!r}")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
+            raise ValueError(f"limit must be >= 0, got {self.limit!r}")
+
+    def config(self, files: list[FileInfo]) -> dict[str, Any]:
+        """What a resumed run must match, with its hash (file paths are not in the hash)."""
+        config: dict[str, Any] = {
+            "version": CONFIG_VERSION,
+            "result_version": RESULT_VERSION,
+            "scorers": list(self.scorers),
+            "scorer_ids": [SCORERS[s] for s in self.scorers],
+            "model": self.model,
+            "backend": self.backend,
+            "options": {
+                "max_questions": self.max_questions if "summarization" in self.scorers else None,
+                "scale": float(self.scale),
+            },
+            "map": dict(sorted(self.mapping.items())),
+            "data": [
+                {"path": str(p), "sha256": f.sha256, "size": f.size}
+                for p, f in zip(self.data, files, strict=True)
+            ],
+        }
+        config["hash"] = _config_hash(config)
+        return config
+
+
+def _config_hash(config: dict[str, Any]) -> str:
+    keyed = {k: v for k, v in config.items() if k != "hash"}
+    keyed["data"] = [{k: v for k, v in d.items() if k != "path"} for d in config["data"]]
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    found = []
+    for key in ("scorers", "model", "backend", "options", "map", "result_version"):
+        if old.get(key) != new.get(key):
+            found.append(f"{key}: {json.dumps(old.get(key))} -> {json.dumps(new.get(key))}")
+    old_data, new_data = old.get("data", []), new["data"]
+    if len(old_data) != len(new_data):
+        found.append(f"data: {len(old_data)} files -> {len(new_data)}")
+    else:
+        for i, (a, b) in enumerate(zip(old_data, new_data, strict=True), 1):
+            if (a.get("sha256"), a.get("size")) != (b["sha256"], b["size"]):
+                found.append(f"data file {i} ({b['path']}) has other content")
+    return found or ["a different configuration hash"]
+
+
+@dataclass
+class Progress:
+    """Where a sweep stands, passed to `on_progress` after each wave and chunk."""
+
+    rows_done: int = 0
+    """Rows done so far: written by this run, or scored by a previous one."""
+    rows_total: int | None = None
+    """Rows in the data (after `limit`), when known."""
+    rows_run: int = 0
+    """Rows this run scored and wrote (successes and failures)."""
+    resumed: int = 0
+    """Rows skipped because a previous run scored them."""
+    scored: int = 0
+    failed: int = 0
+    """Results scored / failed by this run."""
+    output_tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+@dataclass
+class Outcome:
+    """What a finished sweep did (this run) and what the folder now holds (all runs)."""
+
+    progress: Progress
+    total_scored: int
+    total_failed: int
+    file_errors: list[str]
+    summary_path: Path
+
+
+class Sweep:
+    """A prepared output folder (locked, resumed); `run(engine)` scores what is missing.
+
+    Use `open_sweep(settings)` and close it (it is a context manager).
+    """
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.settings = settings
+        out = settings.out
+        out.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(out)
+        try:
+            self.config = self._check_config([inspect_file(p) for p in settings.data])
+            self.files = [d["path"] for d in self.config["data"]]
+            self.ids = self.config["scorer_ids"]
+            self.aggregator = Aggregator(self.ids, self.files, float(settings.scale))
+            self.results_path = out / "results.jsonl"
+            end, self.bad_lines = scan_results(self.results_path, self.aggregator.add)
+            if self.results_path.exists() and self.results_path.stat().st_size > end:
+                os.truncate(self.results_path, end)  # a torn last line, from a crash
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_config(self, files: list[FileInfo]) -> dict[str, Any]:
+        out = self.settings.out
+        new = self.settings.config(files)
+        self.rows_total = _total_rows(files, self.settings.limit)
+        path = out / "config.json"
+        if path.exists():
+            old = json.loads(path.read_text(encoding="utf-8"))
+            if old.get("hash") != new["hash"]:
+                raise ConfigError(
+                    f"--out {out} holds results of another configuration "
+                    f"({'; '.join(_differences(old, new))}); use a new --out folder, "
+                    f"or delete {out} to start over"
+                )
+            return old  # its paths name the files in the records already written
+        if (out / "results.jsonl").exists():
+            raise ConfigError(
+                f"--out {out} has a results.jsonl but no config.json; use a new --out folder"
+            )
+        _write_atomic(path, json.dumps(new, indent=2, ensure_ascii=False) + "\n")
+        return new
+
+    def close(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> Sweep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(
+        self,
+        engine: Engine,
+        *,
+        on_progress: Callable[[Progress], None] | None = None,
+        on_error: Callable[[str], None] | None = None,
+    ) -> Outcome:
+        """Score every (row, scorer) without a successful record; write `summary.json`.
+
+        Args:
+            engine: the judge (one per process; its reply cache spans the whole run).
+            on_progress: called after each engine wave and each chunk.
+            on_error: called with each failed record's error message (and each file that
+                cannot be read), as it happens.
+        """
+        s = self.settings
+        progress = Progress(rows_total=self.rows_total)
+        report = on_progress or (lambda _: None)
+        self._on_error = on_error or (lambda _: None)
+        self._progress = progress
+        self._scorers = self._build_scorers(engine)
+        self._check = _ContextCheck(engine)
+        self._runner = Runner(engine, on_wave=lambda w: self._wave(w, report))
+        self.file_errors: list[str] = []
+        with open(self.results_path, "a", encoding="utf-8") as self._out:
+            chunk: list[tuple[int, int, dict[str, Any] | RowError]] = []
+            for item in self._rows():
+                file, row, _ = item
+                if all(self.aggregator.done(file, row, sid) for sid in self.ids):
+                    progress.rows_done += 1
+                    progress.resumed += 1
+                    if progress.resumed % 1000 == 0:
+                        report(progress)
+                    continue
+                chunk.append(item)
+                if len(chunk) >= s.chunk_size:
+                    self._score(chunk)
+                    chunk = []
+                    report(progress)
+            if chunk:
+                self._score(chunk)
+            report(progress)
+        totals = [self.aggregator.counts(sid) for sid in self.ids]
+        summary_path = s.out / "summary.json"
+        _write_atomic(summary_path, json.dumps(self._summary(engine), indent=2) + "\n")
+        return Outcome(
+            progress=progress,
+            total_scored=sum(t[0] for t in totals),
+            total_failed=sum(t[1] for t in totals),
+            file_errors=self.file_errors,
+            summary_path=summary_path,
+        )
+
+    def _build_scorers(self, engine: Engine) -> dict[str, Scorer]:
+        s = self.settings
+        scorers: dict[str, Scorer] = {}
+        if "summarization" in s.scorers:
+            scorers["summarization"] = create_summarization_scorer(
+                engine, max_questions=s.max_questions, scale=s.scale
+            )
+        if "context-recall" in s.scorers:
+            # Every row brings its own context (passed per run below), so the static context
+            # the factory requires is never used.
+            scorers["context-recall"] = create_context_recall_scorer(
+                engine, context=["(each row brings its own context)"], scale=s.scale
+            )
+        return scorers
+
+    def _wave(self, wave: WaveStats, report: Callable[[Progress], None]) -> None:
+        self._progress.output_tokens += wave.output_tokens
+        report(self._progress)
+
+    def _rows(self) -> Iterator[tuple[int, int, dict[str, Any] | RowError]]:
+        """(file index, row, record) over all files, up to `limit` rows."""
+        limit = self.settings.limit
+        n = 0
+        for index, path in enumerate(self.settings.data):
+            try:
+                for row, record in read_rows(path):
+                    if limit is not None and n >= limit:
+                        return
+                    n += 1
+                    yield index, row, record
+            except (OSError, ValueError) as exc:
+                message = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+                self.file_errors.append(message)
+                self._on_error(message)
+
+    def _label(self, file: int, row: int, ident: str | None) -> str:
+        label = f"row {row}"
+        if len(self.files) > 1:
+            label = f"{self.files[file]} {label}"
+        if ident is not None:
+            label += f" (id {json.dumps(ident, ensure_ascii=False)})"
+        return label
+
+    def _score(self, chunk: list[tuple[int, int, dict[str, Any] | RowError]]) -> None:
+        """Score one chunk with one `Runner.run`, then append its records durably."""
+        records: list[dict[str, Any]] = []
+        slots: list[int] = []
+        jobs: list[tuple[str, Steps]] = []
+        labels: list[str | None] = []
+        for file, row, record in chunk:
+            ident, row_problem = _row_id(record, self.settings.mapping.get("id", "id"))
+            label = self._label(file, row, ident)
+            for name, scorer in self._scorers.items():
+                if self.aggregator.done(file, row, scorer.id):
+                    continue
+                base = {"row": row, "id": ident, "file": self.files[file], "scorer": scorer.id}
+                problem = row_problem
+                if problem is None:
+                    assert isinstance(record, dict)
+                    try:
+                        steps = self._steps(name, scorer, record)
+                    except InputError as exc:
+                        problem = str(exc)
+                if problem is not None:
+                    error = ScoreResult(scorer=scorer.id, error=f"{label}: {problem}")
+                    records.append(_record(base, error))
+                    continue
+                slots.append(len(records))
+                records.append(base)
+                jobs.append((scorer.id, steps))
+                labels.append(label)
+        for slot, result in zip(slots, self._runner.run(jobs, labels), strict=True):
+            records[slot] = _record(records[slot], result)
+        self._out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self._progress.rows_run += len(chunk)
+        self._progress.rows_done += len(chunk)
+        for r in records:
+            self.aggregator.add(r)
+            if r["error"] is None:
+                self._progress.scored += 1
+            else:
+                self._progress.failed += 1
+                self._on_error(r["error"])
+
+    def _get(self, record: dict[str, Any], key: str) -> Any:
+        return record.get(self.settings.mapping.get(key, key))
+
+    def _missing(self, key: str) -> str:
+        column = self.settings.mapping.get(key, key)
+        return f"{key}: missing (no {column!r} column or a null value)"
+
+    def _steps(self, name: str, scorer: Scorer, record: dict[str, Any]) -> Steps:
+        """The row's steps for one scorer, or InputError naming the field that is wrong."""
+        if name == "summarization":
+            steps, texts = self._summarization(scorer, record)
+        else:
+            steps, texts = self._context_recall(scorer, record)
+        return self._check.wrap(steps, texts) if self._check.active else steps
+
+    def _summarization(
+        self, scorer: Scorer, record: dict[str, Any]
+    ) -> tuple[Steps, dict[str, str]]:
+        input_ = self._get(record, "input")
+        source = self._get(record, "source")
+        summary = self._get(record, "summary")
+        if summary is None and "summary" not in self.settings.mapping:
+            summary = self._get(record, "output")
+        if summary is None:
+            raise InputError(self._missing("summary"))
+        if not isinstance(summary, (str, list)):
+            raise InputError(
+                f"summary: must be a string or a list of messages, got {_kind(summary)}"
+            )
+        if source is not None and not isinstance(source, str):
+            raise InputError(f"source: must be a string, got {_kind(source)}")
+        if source is None and input_ is None:
+            raise InputError(self._missing("source"))
+        per_run = {"source": source} if source is not None else {}
+        steps = scorer.steps(input_ if input_ is not None else source, summary, None, **per_run)
+        texts = {
+            "source": source if source is not None else (first_user_text(input_) or ""),
+            "summary": last_assistant_text(summary) or "",
+        }
+        return steps, texts
+
+    def _context_recall(
+        self, scorer: Scorer, record: dict[str, Any]
+    ) -> tuple[Steps, dict[str, str]]:
+        input_ = self._get(record, "input")
+        output = self._get(record, "output")
+        truth = self._get(record, "ground_truth")
+        if truth is None and "ground_truth" not in self.settings.mapping:
+            truth = record.get("groundTruth")
+        context = self._get(record, "context")
+        if truth is None or (isinstance(truth, str) and not truth.strip()):
+            # Normative (DESIGN §1): no ground truth scores 0 without a model call.
+            return scorer.steps(input_, output, truth, context=context), {}
+        if context is None and is_agent_run(input_, output):
+            # An agent-shaped row without a context column: its tool results are the context.
+            results = extract_tool_results(output)
+            if results:
+                context = [
+                    r["result"] if isinstance(r["result"], str) else json.dumps(r["result"])
+                    for r in results
+                ]
+        if context is None:
+            raise InputError(self._missing("context"))
+        if isinstance(context, str):
+            context = [context]
+        if not isinstance(context, list):
+            raise InputError(
+                f"context: must be a list of strings or a string, got {_kind(context)}"
+            )
+        wrong = [p for p in context if not isinstance(p, str)]
+        if wrong:
+            raise InputError(
+                f"context: must be a list of strings, got a list holding {_kind(wrong[0])}"
+            )
+        if not any(p.strip() for p in context):
+            raise InputError("context: blank (no passage has text)")
+        steps = scorer.steps(
+            input_ if input_ is not None else "",
+            output if output is not None else "",
+            truth,
+            context=context,
+        )
+        return steps, {
+            "ground_truth": truth if isinstance(truth, str) else "",
+            "context": "\n\n".join(context),
+        }
+
+    def _summary(self, engine: Engine) -> dict[str, Any]:
+        p = self._progress
+        wall = p.elapsed
+        return {
+            "version": CONFIG_VERSION,
+            "config_hash": self.config["hash"],
+            "model": self.settings.model,
+            "backend": self.settings.backend,
+            "engine": getattr(engine, "name", type(engine).__name__),
+            "options": self.config["options"],
+            "map": self.config["map"],
+            "data": self.files,
+            **self.aggregator.summary(),
+            "run": {
+                "wall_s": round(wall, 3),
+                "rows": p.rows_run,
+                "resumed_rows": p.resumed,
+                "rows_per_s": round(p.rows_run / wall, 3) if wall > 0 else None,
+                "output_tokens_per_s": round(p.output_tokens / wall, 3) if wall > 0 else None,
+                "chunk_size": self.settings.chunk_size,
+                "limit": self.settings.limit,
+            },
+        }
+
+
+def open_sweep(settings: RunSettings) -> Sweep:
+    """Prepare `settings.out`: lock it, check or write its config, read what is done.
+
+    Raises:
+        ConfigError: the folder holds another configuration's results, or another run is
+            writing to it.
+        OSError: a data file or the folder cannot be read or written.
+    """
+    return Sweep(settings)
+
+
+class _ContextCheck:
+    """Refuses a judge call whose prompt and reply cannot fit the judge model's context.
+
+    Used only when the engine offers `count_tokens(text) -> int` and `max_model_len: int`
+    (prompt plus reply tokens the model holds); other engines are trusted to cope.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        count = getattr(engine, "count_tokens", None)
+        limit = getattr(engine, "max_model_len", None)
+        self.active = callable(count) and isinstance(limit, int) and limit > 0
+        self.count: Callable[[str], int] = count if callable(count) else len
+        self.limit = limit if isinstance(limit, int) else 0
+
+    def check(self, request: JudgeRequest, texts: dict[str, str]) -> None:
+        overhead = _TEMPLATE_TOKENS * len(request.messages) + request.max_tokens
+        # No tokenizer makes more tokens than UTF-8 bytes, so short prompts skip counting.
+        if sum(len(m["content"].encode()) for m in request.messages) + overhead <= self.limit:
+            return
+        need = sum(self.count(m["content"]) for m in request.messages) + overhead
+        if need <= self.limit:
+            return
+        key = _TAG_FIELD.get(request.tag, "input")
+        own = texts.get(key)
+        size = f"{self.count(own):,} tokens" if own else "too long"
+        raise InputError(
+            f"{key}: {size}, too long for the judge model's context of {self.limit:,} tokens "
+            f"({request.tag} needs {need:,} with its instructions and reply)"
+        )
+
+    def wrap(self, steps: Steps, texts: dict[str, str]) -> Steps:
+        """`steps`, with every request checked before the runner sends it."""
+        try:
+            try:
+                requests = next(steps)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            while True:
+                for request in requests:
+                    self.check(request, texts)
+                replies = yield requests
+                try:
+                    requests = steps.send(replies)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+        finally:
+            steps.close()
+
+
+def _row_id(record: dict[str, Any] | RowError, column: str) -> tuple[str | None, str | None]:
+    """The row's id as a string (None when absent), and an error when it is of a wrong type."""
+    if isinstance(record, RowError):
+        return None, record.message
+    ident = record.get(column)
+    if ident is None or isinstance(ident, str):
+        return ident, None
+    if isinstance(ident, int) and not isinstance(ident, bool):
+        return str(ident), None
+    if isinstance(ident, float) and ident.is_integer():
+        return str(int(ident)), None
+    return None, f"id: must be a string or an integer, got {_kind(ident)}"
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _record(base: dict[str, Any], result: ScoreResult) -> dict[str, Any]:
+    """One `results.jsonl` record: where it comes from, then the result with reference names."""
+    return {
+        **base,
+        "score": result.score,
+        "reason": result.reason,
+        "axes": result.axes,
+        "preprocessStepResult": result.preprocess_step_result,
+        "analyzeStepResult": result.analyze_step_result,
+        "usage": result.usage.model_dump(),
+        "error": result.error,
+        "version": result.version,
+    }
+
+
+def _total_rows(files: list[FileInfo], limit: int | None) -> int | None:
+    counts = [f.rows for f in files]
+    total = None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+    if limit is not None:
+        return limit if total is None else min(limit, total)
+    return total
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _lock(out: Path) -> int | None:
+    """Hold an exclusive lock on the folder: two runs appending to one file would duplicate."""
+    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(
+            f"another evalgpu run is writing to {out}; wait for it or use a new --out"
+        ) from None
+    return fd

@@ -1,0 +1,67 @@
+"""Engine factories for driving the CLI with `--backend cli_engines:<factory>` (no model).
+
+`load_engine(model, backend="module:factory")` calls `factory(model, **options)`; these wrap
+the rule-based `ScriptedEngine` with what a CLI test needs: a token count and a context
+limit, a slow judge (for kill -9 at a random moment), a judge that fails while an environment
+variable is set, or one that keeps no record of its calls (for memory benchmarks).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from evalgpu.engines.base import JudgeReply, JudgeRequest
+
+from fakes import ScriptedEngine
+
+
+class LimitedEngine(ScriptedEngine):
+    """A scripted judge with a tokenizer (4 characters a token) and a 4,096-token context."""
+
+    max_model_len = 4096
+
+    def count_tokens(self, text: str) -> int:
+        return len(text) // 4
+
+
+class SlowEngine(ScriptedEngine):
+    """A scripted judge that sleeps `EVALGPU_TEST_SLEEP` seconds (default 0.01) per call."""
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        time.sleep(float(os.environ.get("EVALGPU_TEST_SLEEP", "0.01")))
+        return super().generate(requests)
+
+
+class FlakyEngine(ScriptedEngine):
+    """A judge whose every call raises while `EVALGPU_TEST_BROKEN` is set."""
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        if os.environ.get("EVALGPU_TEST_BROKEN"):
+            raise RuntimeError("the device fell over")
+        return super().generate(requests)
+
+
+class UnrecordedEngine(ScriptedEngine):
+    """A scripted judge that keeps no record of its calls (for memory benchmarks)."""
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        return [self._reply(r) for r in requests]
+
+
+def unrecorded(model: Any = None, **options: Any) -> UnrecordedEngine:
+    return UnrecordedEngine(model, **options)
+
+
+def limited(model: Any = None, **options: Any) -> LimitedEngine:
+    return LimitedEngine(model, **options)
+
+
+def slow(model: Any = None, **options: Any) -> SlowEngine:
+    return SlowEngine(model, **options)
+
+
+def flaky(model: Any = None, **options: Any) -> FlakyEngine:
+    return FlakyEngine(model, **options)

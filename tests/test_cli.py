@@ -1,0 +1,779 @@
+"""`python -m evalgpu`: the real entry point with a scripted engine injected by `--backend`.
+
+In-process tests call `cli.main(argv)`; the entry-point and kill -9 tests start
+`python -m evalgpu` in a subprocess with `tests/` on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from evalgpu import cli
+from evalgpu.sweep import RunSettings, open_sweep
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+SCRIPTED = ["--backend", "fakes:ScriptedEngine"]
+
+COMPANY = (
+    "The company was founded in 1995 by John Smith. It started with 10 employees and grew to "
+    "500 by 2020. The company is based in Seattle."
+)
+GOOD = "John Smith founded the company in 1995. It is based in Seattle."
+EINSTEIN = "Einstein was born in 1879. He developed relativity. He won the Nobel Prize."
+PASSAGES = [
+    "Albert Einstein was born on 14 March 1879 in Ulm.",
+    "Einstein developed the theory of relativity.",
+]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: Any) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text(
+        "".join(
+            (r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def records(out: Path) -> list[dict[str, Any]]:
+    text = (out / "results.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def successes(out: Path) -> dict[tuple[Any, int, str], dict[str, Any]]:
+    found: dict[tuple[Any, int, str], dict[str, Any]] = {}
+    for r in records(out):
+        if r["error"] is None:
+            key = (r["file"], r["row"], r["scorer"])
+            assert key not in found, f"duplicate successful record for {key}"
+            found[key] = r
+    return found
+
+
+def summary_rows(n: int, start: int = 0) -> list[dict[str, Any]]:
+    return [{"id": f"r{i}", "source": COMPANY, "summary": GOOD} for i in range(start, start + n)]
+
+
+def distinct_rows(n: int) -> list[dict[str, Any]]:
+    """Rows whose judge calls all differ (the runner's reply cache would answer repeats)."""
+    return [
+        {
+            "id": f"r{i}",
+            "source": f"Shop {i} opened in {1900 + i % 100}. It sells {i} kinds of tea.",
+            "summary": f"Shop {i} opened in {1900 + i % 100}.",
+        }
+        for i in range(n)
+    ]
+
+
+# Help and usage errors
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["report"], ["models"]])
+def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    code, out, _ = run_cli(capsys, *command, "--help")
+    assert code == 0
+    assert "usage: python -m evalgpu" in out
+    if command:
+        assert "examples:" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--bogus"],
+            "unrecognized arguments: --bogus",
+        ),
+        (
+            ["run", "{data}", "--scorer", "bleu", "--out", "{out}"],
+            "argument --scorer: invalid choice: 'bleu'",
+        ),
+        (["run", "{data}", "--out", "{out}"], "the following arguments are required: --scorer"),
+        (
+            ["run", "missing.jsonl", "--scorer", "summarization", "--out", "{out}"],
+            "data file not found: missing.jsonl",
+        ),
+        (
+            ["run", "notes.txt", "--scorer", "summarization", "--out", "{out}"],
+            "notes.txt: unknown file type '.txt'",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--map", "summary"],
+            "--map takes FIELD=COLUMN, got 'summary'",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--map", "answer=x"],
+            "map: unknown field 'answer'",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--scale", "0"],
+            "scale must be > 0, got 0.0",
+        ),
+        (
+            [
+                "run",
+                "{data}",
+                "--scorer",
+                "summarization",
+                "--out",
+                "{out}",
+                "--max-questions",
+                "0",
+            ],
+            "max_questions must be >= 1, got 0",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--chunk-size", "x"],
+            "argument --chunk-size: invalid int value: 'x'",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--backend", "tpu"],
+            "backend must be auto, vllm, transformers or module:factory, got 'tpu'",
+        ),
+        (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
+        (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, args: list[str], message: str
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
+    (tmp_path / "notes.txt").write_text("x")
+    os.chdir(tmp_path)
+    argv = [a.format(data=data, out=tmp_path / "out") for a in args]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err
+    assert err.startswith("python -m evalgpu")
+
+
+# Formats and mapping
+
+
+def test_every_format_scores_the_same_with_its_own_row_numbers(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rows = [
+        {"id": "a", "source": COMPANY, "summary": GOOD},
+        {"id": "b", "source": COMPANY, "summary": "The company was founded in 1990."},
+    ]
+    write_jsonl(tmp_path / "d.jsonl", [rows[0], "", rows[1]])  # a blank line: line numbers 1, 3
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    with open(tmp_path / "d.csv", "w", encoding="utf-8", newline="") as f:
+        f.write("id,source,summary\n")
+        for r in rows:
+            f.write(f'{r["id"]},"{r["source"]}","{r["summary"]}"\n')
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    expected_rows = {"jsonl": [1, 3], "json": [1, 2], "csv": [2, 3], "parquet": [1, 2]}
+    scores = {}
+    for fmt, numbers in expected_rows.items():
+        out = tmp_path / f"out-{fmt}"
+        code, _, _ = run_cli(
+            capsys,
+            "run",
+            tmp_path / f"d.{fmt}",
+            "--scorer",
+            "summarization",
+            "--out",
+            out,
+            *SCRIPTED,
+        )
+        assert code == 0
+        got = records(out)
+        assert [r["row"] for r in got] == numbers
+        assert [r["id"] for r in got] == ["a", "b"]
+        scores[fmt] = [r["score"] for r in got]
+    assert len({tuple(s) for s in scores.values()}) == 1
+    assert scores["jsonl"][0] > scores["jsonl"][1]
+
+
+def test_map_renames_columns(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {
+                "key": 7,
+                "doc": COMPANY,
+                "model_output": GOOD,
+                "question": "Q?",
+                "reference": EINSTEIN,
+                "passages": PASSAGES,
+            }
+        ],
+    )
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        data,
+        "--scorer",
+        "summarization",
+        "--scorer",
+        "context-recall",
+        "--out",
+        out,
+        "--map",
+        "id=key",
+        "--map",
+        "source=doc",
+        "--map",
+        "summary=model_output",
+        "--map",
+        "ground_truth=reference",
+        "--map",
+        "context=passages",
+        *SCRIPTED,
+    )
+    assert code == 0, err
+    got = records(out)
+    assert [(r["id"], r["scorer"], r["error"]) for r in got] == [
+        ("7", "summarization-scorer", None),
+        ("7", "context-recall-scorer", None),
+    ]
+    assert got[1]["score"] == pytest.approx(2 / 3)
+    config = json.loads((out / "config.json").read_text())
+    assert config["map"]["summary"] == "model_output"
+
+
+def test_a_mapped_column_that_is_missing_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [{"source": COMPANY, "summary": GOOD}])
+    out = tmp_path / "out"
+    code, _, _ = run_cli(
+        capsys,
+        "run",
+        data,
+        "--scorer",
+        "summarization",
+        "--out",
+        out,
+        "--map",
+        "summary=model_output",
+        *SCRIPTED,
+    )
+    assert code == 1
+    assert records(out)[0]["error"] == (
+        "row 1: summary: missing (no 'model_output' column or a null value)"
+    )
+
+
+def test_example_files_score(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for name, scorer in [("summarization", "summarization"), ("context_recall", "context-recall")]:
+        out = tmp_path / name
+        code, stdout, err = run_cli(
+            capsys,
+            "run",
+            ROOT / "examples" / f"{name}.jsonl",
+            "--scorer",
+            scorer,
+            "--out",
+            out,
+            *SCRIPTED,
+        )
+        assert code == 0, err
+        got = records(out)
+        assert all(r["error"] is None for r in got), got
+        assert len(got) >= 5
+        assert "Lowest scores" in stdout
+    einstein = next(r for r in records(tmp_path / "context_recall") if r["id"] == "einstein")
+    assert einstein["score"] == pytest.approx(2 / 3)
+    founded = next(r for r in records(tmp_path / "summarization") if r["id"] == "founded-good")
+    assert founded["axes"]["alignment"] == 1.0
+
+
+def test_agent_shaped_rows(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    agent = {
+        "id": "agent",
+        "input": {"inputMessages": [{"id": "1", "role": "user", "content": COMPANY}]},
+        "output": [
+            {"id": "2", "role": "assistant", "content": [{"type": "text", "text": GOOD}]},
+            {"id": "3", "role": "assistant", "content": "  "},
+        ],
+    }
+    tools = {
+        "id": "tools",
+        "input": {"inputMessages": [{"id": "1", "role": "user", "content": "Who was Einstein?"}]},
+        "output": [
+            {
+                "id": "2",
+                "role": "assistant",
+                "content": {
+                    "parts": [
+                        {
+                            "type": "tool-invocation",
+                            "toolInvocation": {
+                                "state": "result",
+                                "toolCallId": "c1",
+                                "toolName": "search",
+                                "args": {},
+                                "result": PASSAGES[0],
+                            },
+                        }
+                    ]
+                },
+            },
+            {"id": "3", "role": "assistant", "content": "He was born in 1879."},
+        ],
+        "ground_truth": "Einstein was born in 1879. He won the Nobel Prize.",
+    }
+    data = write_jsonl(tmp_path / "d.jsonl", [agent, tools])
+    out = tmp_path / "out"
+    code, _, _ = run_cli(capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED)
+    assert code == 0
+    first = records(out)[0]
+    assert first["error"] is None and first["axes"]["alignment"] == 1.0
+    out2 = tmp_path / "out2"
+    code, _, _ = run_cli(
+        capsys, "run", data, "--scorer", "context-recall", "--out", out2, "--limit", "5", *SCRIPTED
+    )
+    assert code == 0
+    by_id = {r["id"]: r for r in records(out2)}
+    assert by_id["tools"]["score"] == pytest.approx(0.5)  # the tool result is the context
+    assert by_id["agent"]["score"] == 0.0  # no ground truth: 0, normatively, without a call
+    assert "No ground truth" in by_id["agent"]["reason"]
+
+
+# Bad input
+
+
+BAD_ROWS = [
+    ("{not json", "row 1: line is not valid JSON: "),
+    ({"id": "s1", "source": COMPANY}, 'row 2 (id "s1"): summary: missing'),
+    ({"id": "s2", "source": COMPANY, "summary": "   "}, 'row 3 (id "s2"): summary: '),
+    (
+        {"id": "s3", "source": COMPANY, "summary": 42},
+        'row 4 (id "s3"): summary: must be a string or a list of messages, got a number',
+    ),
+    (
+        {"id": "s4", "source": ["x"], "summary": GOOD},
+        'row 5 (id "s4"): source: must be a string, got a list',
+    ),
+    ({"id": "s5", "summary": GOOD}, 'row 6 (id "s5"): source: missing'),
+    ({"id": "s6", "source": "  ", "summary": GOOD}, 'row 7 (id "s6"): source: '),
+    (
+        {"id": {"x": 1}, "source": COMPANY, "summary": GOOD},
+        "row 8: id: must be a string or an integer, got an object",
+    ),
+    ("[1, 2]", "row 9: a row must be a JSON object, got an array"),
+]
+
+
+def test_each_bad_row_becomes_an_error_record_and_the_run_goes_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [r for r, _ in BAD_ROWS] + [{"id": "ok", "source": COMPANY, "summary": GOOD}],
+    )
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert code == 0  # the run finished; one row was scored
+    got = records(out)
+    assert len(got) == len(BAD_ROWS) + 1
+    for record, (_, message) in zip(got, BAD_ROWS, strict=False):
+        assert record["score"] is None
+        assert record["error"].startswith(message), record["error"]
+        assert message in err  # echoed on stderr as it happened
+    assert got[-1]["error"] is None and got[-1]["id"] == "ok"
+    last = err.strip().splitlines()[-1]
+    assert ": 1 scored, 9 failed (see" in last
+
+
+CONTEXT_ROWS = [
+    ({"id": "c1", "ground_truth": EINSTEIN}, 'row 1 (id "c1"): context: missing'),
+    (
+        {"id": "c2", "ground_truth": EINSTEIN, "context": 5},
+        'row 2 (id "c2"): context: must be a list of strings or a string, got a number',
+    ),
+    (
+        {"id": "c3", "ground_truth": EINSTEIN, "context": ["a", 2]},
+        'row 3 (id "c3"): context: must be a list of strings, got a list holding a number',
+    ),
+    ({"id": "c4", "ground_truth": EINSTEIN, "context": []}, 'row 4 (id "c4"): context: blank'),
+    ({"id": "c5", "ground_truth": EINSTEIN, "context": " "}, 'row 5 (id "c5"): context: blank'),
+    (
+        {"id": "c6", "ground_truth": 7, "context": PASSAGES},
+        'row 6 (id "c6"): ground_truth: must be a string, got int',
+    ),
+]
+
+
+def test_context_recall_bad_rows(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rows = [r for r, _ in CONTEXT_ROWS] + [
+        {"id": "blank-truth", "ground_truth": " ", "context": PASSAGES},
+        {"id": "ok", "ground_truth": EINSTEIN, "context": PASSAGES},
+    ]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "out"
+    code, _, _ = run_cli(capsys, "run", data, "--scorer", "context-recall", "--out", out, *SCRIPTED)
+    assert code == 0
+    got = records(out)
+    for record, (_, message) in zip(got, CONTEXT_ROWS, strict=False):
+        assert record["error"].startswith(message), record["error"]
+    blank, ok = got[-2], got[-1]
+    assert blank["error"] is None and blank["score"] == 0.0 and blank["usage"]["calls"] == 0
+    assert ok["score"] == pytest.approx(2 / 3)
+
+
+def test_a_source_longer_than_the_judge_context_is_refused_with_sizes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    long_source = "The company sells boats. " * 800  # 20,000 characters: 5,000 "tokens"
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "long", "source": long_source, "summary": "The company sells boats."},
+            {"id": "ok", "source": COMPANY, "summary": GOOD},
+        ],
+    )
+    out = tmp_path / "out"
+    code, _, _ = run_cli(
+        capsys,
+        "run",
+        data,
+        "--scorer",
+        "summarization",
+        "--out",
+        out,
+        "--backend",
+        "cli_engines:limited",
+    )
+    assert code == 0
+    long, ok = records(out)
+    assert long["error"].startswith(
+        'row 1 (id "long"): source: 5,000 tokens, too long for the judge model\'s context of '
+        "4,096 tokens (summarization.alignment needs "
+    )
+    assert long["usage"]["calls"] == 0
+    assert ok["error"] is None
+
+
+def test_exit_1_when_no_row_could_be_scored(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", ["{bad", {"source": COMPANY}])
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", tmp_path / "o", *SCRIPTED
+    )
+    assert code == 1
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(
+            ': 0 scored, 2 failed (see "error" in '
+            f"{tmp_path / 'o' / 'results.jsonl'}); no row could be scored"
+        )
+    )
+    empty = write_jsonl(tmp_path / "e.jsonl", [])
+    code, _, err = run_cli(
+        capsys, "run", empty, "--scorer", "summarization", "--out", tmp_path / "e", *SCRIPTED
+    )
+    assert code == 1 and "no row could be scored" in err
+
+
+def test_a_broken_engine_fails_rows_not_the_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(3))
+    out = tmp_path / "out"
+    argv = [
+        "run",
+        data,
+        "--scorer",
+        "summarization",
+        "--out",
+        out,
+        "--backend",
+        "cli_engines:flaky",
+    ]
+    monkeypatch.setenv("EVALGPU_TEST_BROKEN", "1")
+    code, _, _ = run_cli(capsys, *argv)
+    assert code == 1
+    got = records(out)
+    assert len(got) == 3
+    assert all(
+        "engine 'scripted' failed: RuntimeError: the device fell over" in r["error"] for r in got
+    )
+    # A later run with a working judge retries the failures: each row ends scored once.
+    monkeypatch.delenv("EVALGPU_TEST_BROKEN")
+    code, _, _ = run_cli(capsys, *argv)
+    assert code == 0
+    assert len(successes(out)) == 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["scorers"]["summarization-scorer"]["scored"] == 3
+    assert summary["scorers"]["summarization-scorer"]["failed"] == 0
+
+
+def test_an_engine_that_does_not_load_exits_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        data,
+        "--scorer",
+        "summarization",
+        "--out",
+        tmp_path / "o",
+        "--backend",
+        "nowhere:engine",
+    )
+    assert code == 1
+    assert "cannot load the judge: ValueError: backend 'nowhere:engine'" in err
+
+
+# Resume, config changes, torn lines, crashes
+
+
+def test_resume_scores_only_what_is_missing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(10))
+    out = tmp_path / "out"
+    base = ["run", data, "--scorer", "summarization", "--out", out, "--chunk-size", "3", *SCRIPTED]
+    code, _, err = run_cli(capsys, *base, "--limit", "4")
+    assert code == 0 and len(records(out)) == 4
+    code, _, err = run_cli(capsys, *base)
+    assert code == 0
+    assert "6 rows in" in err and "(4 already done)" in err
+    assert len(records(out)) == 10
+    assert sorted(k[1] for k in successes(out)) == list(range(1, 11))
+    code, _, err = run_cli(capsys, *base)
+    assert code == 0 and "0 rows in" in err and len(records(out)) == 10
+
+
+def test_a_config_change_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(2))
+    out = tmp_path / "out"
+    base = ["run", data, "--scorer", "summarization", "--out", out, *SCRIPTED]
+    assert run_cli(capsys, *base)[0] == 0
+    code, _, err = run_cli(capsys, *base, "--scale", "2")
+    assert code == 2
+    assert f"--out {out} holds results of another configuration (options: " in err
+    assert "use a new --out folder, or delete" in err
+    code, _, err = run_cli(capsys, *base, "--scorer", "context-recall")
+    assert code == 2 and "scorers: " in err
+    write_jsonl(data, summary_rows(3))
+    code, _, err = run_cli(capsys, *base)
+    assert code == 2 and "data file 1 (" in err and "has other content" in err
+    # What does not change scores is not configuration.
+    write_jsonl(data, summary_rows(2))
+    assert run_cli(capsys, *base, "--chunk-size", "1", "--limit", "1", "--progress", "off")[0] == 0
+    assert len(records(out)) == 2
+
+
+def test_a_folder_in_use_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
+    out = tmp_path / "out"
+    with open_sweep(
+        RunSettings(
+            data=(data,), scorers=("summarization",), out=out, backend="fakes:ScriptedEngine"
+        )
+    ):
+        code, _, err = run_cli(
+            capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED
+        )
+    assert code == 2 and "another evalgpu run is writing to" in err
+
+
+def test_a_torn_last_line_is_ignored_and_cut(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(5))
+    out = tmp_path / "out"
+    base = ["run", data, "--scorer", "summarization", "--out", out, *SCRIPTED]
+    assert run_cli(capsys, *base)[0] == 0
+    text = (out / "results.jsonl").read_text()
+    lines = text.splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(lines[:3]) + lines[3][:40])  # a crash mid-write
+    code, out_text, err = run_cli(capsys, "report", out)
+    assert code == 0 and "summarization-scorer" in out_text  # report reads around it
+    code, _, err = run_cli(capsys, *base)
+    assert code == 0 and "2 rows in" in err
+    got = records(out)  # every line parses: the torn tail was cut before appending
+    assert sorted(r["row"] for r in got) == [1, 2, 3, 4, 5]
+
+
+def test_several_files_are_named_in_records_and_labels(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", summary_rows(2))
+    b = write_jsonl(tmp_path / "b.jsonl", [{"id": "bad", "source": COMPANY}, *summary_rows(1)])
+    out = tmp_path / "out"
+    code, _, _ = run_cli(capsys, "run", a, b, "--scorer", "summarization", "--out", out, *SCRIPTED)
+    assert code == 0
+    got = records(out)
+    assert [(Path(r["file"]).name, r["row"]) for r in got] == [
+        ("a.jsonl", 1),
+        ("a.jsonl", 2),
+        ("b.jsonl", 1),
+        ("b.jsonl", 2),
+    ]
+    assert got[2]["error"].startswith(f'{b} row 1 (id "bad"): summary: missing')
+    code, _, err = run_cli(
+        capsys, "run", a, b, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert "1 row in" in err and len(successes(out)) == 3
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_the_entry_point_in_a_subprocess(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(3))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evalgpu",
+            "run",
+            str(data),
+            "--scorer",
+            "summarization",
+            "--out",
+            str(tmp_path / "out"),
+            *SCRIPTED,
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("python -m evalgpu run: 3 rows in")
+    assert len(successes(tmp_path / "out")) == 3
+
+
+def test_kill_9_at_a_random_moment_then_resume(tmp_path: Path) -> None:
+    rows = 2000
+    data = write_jsonl(tmp_path / "d.jsonl", distinct_rows(rows))
+    out = tmp_path / "out"
+    argv = [
+        sys.executable,
+        "-m",
+        "evalgpu",
+        "run",
+        str(data),
+        "--scorer",
+        "summarization",
+        "--out",
+        str(out),
+        "--chunk-size",
+        "40",
+        "--backend",
+        "cli_engines:slow",
+    ]
+    env = {**_env(), "EVALGPU_TEST_SLEEP": "0.03"}  # about 5 s of judging in all
+    rng = random.Random()
+    for _ in range(3):  # three kills at random moments, each after the previous one's restart
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not (out / "results.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 1.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert len(successes(out)) < rows  # the kills came before the end
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    scored = successes(out)  # asserts no duplicate successful (row, scorer)
+    assert sorted(k[1] for k in scored) == list(range(1, rows + 1))
+    assert all(r["error"] is None for r in records(out))
+
+
+# models and progress
+
+
+def test_models_list_and_pull(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from evalgpu import models
+
+    code, out, _ = run_cli(capsys, "models", "list")
+    assert code == 0
+    assert models.DEFAULT_MODEL + "*" in out
+    pulled: list[str] = []
+
+    def fake_pull(name: str) -> Path:
+        pulled.append(name)
+        if name != models.DEFAULT_MODEL:
+            raise ValueError(f"only the default model can be pulled, got {name!r}")
+        return tmp_path / name
+
+    monkeypatch.setattr(models, "pull", fake_pull)
+    code, out, _ = run_cli(capsys, "models", "pull")
+    assert code == 0 and out.strip() == str(tmp_path / models.DEFAULT_MODEL)
+    code, _, err = run_cli(capsys, "models", "pull", "qwen3-8b")
+    assert code == 2 and "only the default model can be pulled" in err
+    assert pulled == [models.DEFAULT_MODEL, "qwen3-8b"]
+
+
+def test_progress_lines_and_bar() -> None:
+    from evalgpu.sweep import Progress
+
+    p = Progress(rows_done=50, rows_total=200, rows_run=40, output_tokens=4000, failed=2)
+    p.started -= 10
+    line = cli._status(p)
+    assert line.startswith("50/200 rows, 4.0 rows/s, 400 output tok/s, ETA 0:37")
+    assert line.endswith(", 2 errors")
+    assert cli._bar(p).startswith("[######..................]  25% 50/200 rows")
+
+
+@pytest.mark.slow
+def test_end_to_end_on_the_default_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "good", "source": COMPANY, "summary": GOOD},
+            {
+                "id": "wrong",
+                "source": COMPANY,
+                "summary": "The company was founded in 2001 in Boston.",
+            },
+        ],
+    )
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", out, "--max-questions", "3"
+    )
+    assert code == 0, err
+    got = records(out)
+    assert [r["row"] for r in got] == [1, 2]
+    for r in got:
+        assert (r["score"] is None) != (r["error"] is None)
+        assert r["usage"]["calls"] >= 1
+    assert any(r["error"] is None for r in got)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tokens"]["output_tokens"] > 0

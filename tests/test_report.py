@@ -1,0 +1,162 @@
+"""Aggregates as records arrive, summary figures, the report table and the static page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalgpu.report import Aggregator, format_report, html_report, scan_results, write_report
+
+S = "summarization-scorer"
+C = "context-recall-scorer"
+
+
+def rec(row: int, score: float | None, scorer: str = S, **extra: Any) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "row": row,
+        "id": f"r{row}",
+        "file": "d.jsonl",
+        "scorer": scorer,
+        "score": score,
+        "reason": f"reason {row}",
+        "usage": {"prompt_tokens": 100, "output_tokens": 10, "cached_tokens": 40, "calls": 3},
+        "error": None if score is not None else f"row {row}: boom",
+    }
+    return {**record, **extra}
+
+
+def test_counts_mean_median_percentiles_histogram() -> None:
+    agg = Aggregator([S], ["d.jsonl"])
+    for row, score in enumerate([0.0, 0.5, 0.5, 1.0, 0.25], 1):
+        agg.add(rec(row, score))
+    s = agg.summary()["scorers"][S]
+    assert (s["scored"], s["failed"]) == (5, 0)
+    assert s["mean"] == pytest.approx(0.45)
+    assert s["median"] == 0.5
+    assert s["percentiles"]["p0"] == 0.0 and s["percentiles"]["p100"] == 1.0
+    assert s["percentiles"]["p25"] == 0.25 and s["percentiles"]["p75"] == 0.5
+    assert s["percentiles"]["p10"] == pytest.approx(0.1)  # linear between ranks, as numpy
+    assert s["histogram"]["counts"] == [1, 0, 1, 0, 0, 2, 0, 0, 0, 1]
+    assert s["histogram"]["edges"][0] == 0 and s["histogram"]["edges"][-1] == 1
+    assert s["tokens"] == {
+        "cached_tokens": 200,
+        "calls": 15,
+        "output_tokens": 50,
+        "prompt_tokens": 500,
+    }
+    assert s["cached_share"] == pytest.approx(0.4)
+
+
+def test_the_latest_outcome_wins_and_a_success_counts_once() -> None:
+    agg = Aggregator([S, C], ["d.jsonl"])
+    agg.add(rec(1, None))
+    agg.add(rec(2, None))
+    agg.add(rec(1, 0.5))  # retried: now scored
+    agg.add(rec(1, 0.9))  # a duplicate success is not counted again
+    agg.add(rec(1, None))  # and a later failure does not undo it
+    agg.add(rec(1, 1.0, scorer=C))
+    assert agg.done(0, 1, S) and not agg.done(0, 2, S) and agg.done(0, 1, C)
+    s = agg.summary()["scorers"][S]
+    assert (s["scored"], s["failed"]) == (1, 1)
+    assert s["mean"] == 0.5
+    assert s["duplicate_records"] == 1
+    assert [f["row"] for f in s["failures"]] == [2]
+    assert agg.scored_total() == 2
+
+
+def test_several_files_are_kept_apart() -> None:
+    agg = Aggregator([S], ["a.jsonl", "b.jsonl"])
+    agg.add(rec(1, 0.5, file="a.jsonl"))
+    agg.add(rec(1, 0.5, file="b.jsonl"))
+    agg.add(rec(1, 0.5, file="unknown.jsonl"))  # not this run's: ignored
+    assert agg.done(0, 1, S) and agg.done(1, 1, S)
+    assert agg.counts(S) == (2, 0)
+
+
+def test_lowest_rows_and_axes() -> None:
+    agg = Aggregator([S], ["d.jsonl"])
+    for row in range(1, 31):
+        a, c = (row % 5) / 4, 1.0
+        agg.add(rec(row, min(a, c), axes={"alignment": a, "coverage": c}))
+    s = agg.summary()["scorers"][S]
+    assert [x["row"] for x in s["lowest"]][:6] == [5, 10, 15, 20, 25, 30]  # 0.0, earliest first
+    assert len(s["lowest"]) == 10
+    assert s["axes"]["coverage"] == 1.0
+    assert s["axes"]["alignment"] == pytest.approx(sum((r % 5) / 4 for r in range(1, 31)) / 30)
+    cells = {(a, c): n for a, c, n in s["scatter"]["cells"]}
+    assert cells[(0, 20)] == 6 and sum(cells.values()) == 30
+
+
+def test_memory_is_bounded_by_rows_not_by_text() -> None:
+    agg = Aggregator([S], ["d.jsonl"])
+    for row in range(1, 20_001):
+        agg.add(rec(row, (row % 4) / 4, reason="x" * 5000))
+    summary = agg.summary()["scorers"][S]
+    assert summary["scored"] == 20_000
+    assert len(agg._by[S].scores) == 4  # one count per distinct score, not one per row
+    assert all(len(x["reason"]) <= 601 for x in summary["lowest"])
+
+
+def test_scan_results_skips_a_torn_line_and_bad_lines(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    good = json.dumps(rec(1, 0.5)) + "\n"
+    path.write_text(good + "not json\n" + good.replace('"row": 1', '"row": 2') + good[:30])
+    seen: list[dict[str, Any]] = []
+    end, bad = scan_results(path, seen.append)
+    assert [r["row"] for r in seen] == [1, 2]
+    assert bad == 1
+    assert end == path.stat().st_size - 30
+
+
+def test_format_report_table_and_rows() -> None:
+    agg = Aggregator([S], ["d.jsonl"])
+    agg.add(rec(1, 0.25, reason="Score 0.25, set by coverage.\nUnanswered: X"))
+    agg.add(rec(2, None))
+    text = format_report(agg.summary())
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "scorer",
+        "scored",
+        "failed",
+        "mean",
+        "median",
+        "p10",
+        "p90",
+        "align",
+        "cover",
+    ]
+    assert lines[2].split()[:4] == [S, "1", "1", "0.250"]
+    assert '  0.25  row 1 (id "r1"): Score 0.25, set by coverage. Unanswered: X' in text
+    assert "  row 2: boom" in text
+
+
+def test_html_is_static_with_histogram_and_scatter() -> None:
+    agg = Aggregator([S], ["d.jsonl"])
+    agg.add(rec(1, 0.5, axes={"alignment": 0.5, "coverage": 1.0}, reason="<script>x</script>"))
+    config = {"model": None, "backend": "auto", "data": [{"path": "d.jsonl"}], "hash": "abc"}
+    page = html_report(agg.summary(), config)
+    assert page.count("<svg") == 2
+    assert "alignment vs coverage" in page
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "http" not in page and "src=" not in page  # nothing fetched from anywhere
+
+
+def test_write_report(tmp_path: Path) -> None:
+    config = {
+        "scorer_ids": [S],
+        "data": [{"path": "d.jsonl"}],
+        "options": {"scale": 1.0},
+        "model": None,
+        "backend": "auto",
+        "hash": "abc",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "results.jsonl").write_text(json.dumps(rec(1, 1.0)) + "\n")
+    text, page, bad = write_report(tmp_path)
+    assert S in text and bad == 0
+    assert page == tmp_path / "report.html" and "<svg" in page.read_text()
+    with pytest.raises(FileNotFoundError, match="is not an evalgpu output folder"):
+        write_report(tmp_path / "nowhere")
