@@ -52,8 +52,9 @@ def message_text(message: dict[str, Any]) -> str:
             text = _text_of_parts(content["parts"])
             if text.strip():
                 return text
-        if isinstance(content.get("content"), str):
-            return content["content"]
+        inner = content.get("content")
+        if isinstance(inner, str):
+            return inner
     return ""
 
 
@@ -116,12 +117,9 @@ def extract_tool_results(output: Any) -> list[dict[str, Any]]:
         if isinstance(content, list):
             parts = content
         elif isinstance(content, dict):
-            parts = content.get("parts") if isinstance(content.get("parts"), list) else []
-            legacy = (
-                content.get("toolInvocations")
-                if isinstance(content.get("toolInvocations"), list)
-                else []
-            )
+            found_parts, found_legacy = content.get("parts"), content.get("toolInvocations")
+            parts = found_parts if isinstance(found_parts, list) else []
+            legacy = found_legacy if isinstance(found_legacy, list) else []
         seen: set[Any] = set()
         invocations = [
             p.get("toolInvocation")

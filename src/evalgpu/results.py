@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 __all__ = ["InputError", "ScoreResult", "Usage"]
 
@@ -47,17 +47,23 @@ class ScoreResult(BaseModel):
     `analyzeStepResult`). A failed run has `score=None` and `error` set; it is never scored 0.
     """
 
-    model_config = ConfigDict(populate_by_name=True)
-
     scorer: str
     """The scorer id: "summarization-scorer" | "context-recall-scorer"."""
     score: float | None = None
     """Between 0 and the scorer's scale; None when `error` is set."""
     reason: str | None = None
     preprocess_step_result: dict[str, Any] | None = Field(
-        default=None, alias="preprocessStepResult"
+        default=None,
+        serialization_alias="preprocessStepResult",
+        validation_alias=AliasChoices("preprocess_step_result", "preprocessStepResult"),
     )
-    analyze_step_result: dict[str, Any] | None = Field(default=None, alias="analyzeStepResult")
+    """Summarization: `{"alignment": [...], "questions": [...]}`; context recall: `{"claims"}`."""
+    analyze_step_result: dict[str, Any] | None = Field(
+        default=None,
+        serialization_alias="analyzeStepResult",
+        validation_alias=AliasChoices("analyze_step_result", "analyzeStepResult"),
+    )
+    """Summarization: `{"coverage": [...]}`; context recall: `{"verdicts": [...]}`."""
     axes: dict[str, float] | None = None
     """Axis scores in [0, 1] where the scorer has them (summarization: alignment, coverage)."""
     error: str | None = None

@@ -119,7 +119,7 @@ class Runner:
             if replies is None:
                 state.pending = next(state.steps)
             else:
-                parsed = []
+                parsed: list[BaseModel] = []
                 for request, (reply, calls) in zip(state.pending, replies, strict=True):
                     state.usage.add(
                         reply.prompt_tokens, reply.output_tokens, reply.cached_tokens, calls
@@ -127,6 +127,7 @@ class Runner:
                     if reply.error is not None:
                         state.steps.close()
                         return self._fail(state, f"{request.tag}: {reply.error}", results)
+                    assert reply.parsed is not None  # no error: checked in _call
                     parsed.append(reply.parsed)
                 state.pending = state.steps.send(parsed)
             return True

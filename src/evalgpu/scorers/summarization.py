@@ -257,6 +257,7 @@ def _steps(
 
     # The source: the extractor for agent-shaped runs, else the option, else the first user
     # message. (`source` is this run's own when the run brought one: see `Scorer.steps`.)
+    text: str | None
     if source_extractor is not None and is_agent_run(input, output):
         try:
             text = source_extractor(input, output)
