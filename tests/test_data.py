@@ -80,6 +80,13 @@ def test_csv_rows_are_numbered_by_line_with_json_cells(tmp_path: Path) -> None:
     assert got[3] == (7, {"id": "d", "summary": "x", "context": "[not json"})
 
 
+def test_csv_cells_may_be_long(tmp_path: Path) -> None:
+    path = tmp_path / "d.csv"
+    long = "word " * 100_000
+    path.write_text(f'id,source\na,"{long}"\n', encoding="utf-8")
+    assert rows(path) == [(2, {"id": "a", "source": long})]
+
+
 def test_csv_bad_bytes_fail_their_row_only(tmp_path: Path) -> None:
     path = tmp_path / "d.csv"
     path.write_bytes(b"id,summary\na,ok\nb,\xff\xfe\nc,fine\n")

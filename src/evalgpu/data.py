@@ -167,6 +167,8 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
 
 
 def _csv(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
+    # Long documents are normal here: lift the csv module's 128 KiB cell limit.
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_JSON_ELEMENT))
     # surrogateescape: a bad byte becomes a lone surrogate, reported for its row only.
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.reader(f)
