@@ -104,7 +104,7 @@ def inspect_file(path: str | Path) -> FileInfo:
     if fmt == "jsonl":
         rows = lines + (last != b"\n") - blank
     elif fmt == "parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
         try:
             rows = pq.ParquetFile(path).metadata.num_rows

@@ -118,7 +118,7 @@ class Aggregator:
     def add(self, record: dict[str, Any]) -> None:
         """Take one record; records of unknown scorers or files are ignored."""
         scorer = record.get("scorer")
-        file = self.files.get(record.get("file"), -1) if len(self.files) > 1 else 0
+        file = self.files.get(str(record.get("file")), -1) if len(self.files) > 1 else 0
         row = record.get("row")
         if scorer not in self._by or file < 0 or not isinstance(row, int) or row < 0:
             return

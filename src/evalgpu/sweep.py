@@ -241,7 +241,7 @@ class Sweep:
         self.rows_total = _total_rows(files, self.settings.limit)
         path = out / "config.json"
         if path.exists():
-            old = json.loads(path.read_text(encoding="utf-8"))
+            old: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
             if old.get("hash") != new["hash"]:
                 raise ConfigError(
                     f"--out {out} holds results of another configuration "
