@@ -1,0 +1,359 @@
+"""The vLLM engine: an in-process `vllm.LLM` behind the `Engine` contract.
+
+Built like outlines' `vllm_offline.py`, in three parts:
+
+1. `to_vllm` turns judge requests into chat conversations and `SamplingParams` keyword
+   arguments. It is pure (no vLLM needed), so it is tested everywhere.
+2. `VLLMEngine.generate` makes one `LLM.chat()` call for the whole wave, with one
+   `SamplingParams` per request: schemas may differ within a batch.
+3. `reply_from_output` turns each `RequestOutput` into a `JudgeReply` through the shared strict
+   parser (`evalgpu.engines._parse`).
+
+How it maps to vLLM:
+
+- Structured outputs use the **outlines** backend by default. vLLM 0.32 takes the backend at
+  engine level only (`structured_outputs_config={"backend": ...}`); each request carries its
+  own JSON schema (`StructuredOutputsParams(json=...)`). The JSON schema of each schema class
+  is built once and shared by every request that uses it.
+- Prefix caching is on: every judge prompt starts with the same system message, and a row's
+  alignment and questions calls share the source, so most prompt tokens of a wave are
+  served from the cache (`JudgeReply.cached_tokens`).
+- Decoding is greedy (temperature 0) with a fixed seed, set explicitly on every request
+  (vLLM's own default `max_tokens` is 16).
+- A reply cut at `max_tokens` comes back with `finish_reason="length"`; the runner retries
+  it once at twice the budget, so the engine does not.
+
+Regex compilation timeout. The outlines backend turns a JSON schema into a regex and compiles
+it into a token index, once per schema and engine process. vLLM aborts a compilation after
+`VLLM_REGEX_COMPILATION_TIMEOUT_S` seconds (default 5), a guard against hostile patterns sent
+by API clients. Our schemas are bounded on purpose (`maxItems`, `maxLength`; see
+`evalgpu.verdicts`), and bounded schemas make large automata. Measured with outlines-core
+0.2.14 and the default model's 49k-token vocabulary, one compilation on one core of a shared
+2-core machine (two runs): `Questions3` 3-4 s, `Reason` 4-5 s, `Questions10` 12-19 s, `Claims`
+16-20 s, `Alignment` 33-59 s, `Coverage10` 34-55 s, `Attribution3` 43-64 s, `Attribution10`
+56-79 s, `Attribution20` 59 s. Every one but the two smallest fails at the default 5 s. The
+time grows with the vocabulary (a 150k-token model takes about three times as long) and with
+CPU contention (vLLM compiles in a thread pool beside the model). So the engine sets the
+timeout to `REGEX_COMPILATION_TIMEOUT_S` (600 s, about 7 times the slowest measurement)
+unless the environment already sets it; the schemas come from this package, not from users.
+A schema that still times out fails its requests (finish reason "error"), not the batch.
+`VLLM_V1_USE_OUTLINES_CACHE=1` keeps compiled indexes on disk across runs.
+
+Import `evalgpu.engines.vllm` works without vLLM: vLLM is imported when an engine is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from evalgpu.engines._parse import reply_from_text
+from evalgpu.engines.base import JudgeReply, JudgeRequest
+
+if TYPE_CHECKING:
+    from vllm import LLM, RequestOutput, SamplingParams  # type: ignore[import-not-found, unused-ignore]
+
+__all__ = [
+    "REGEX_COMPILATION_TIMEOUT_S",
+    "STRUCTURED_OUTPUTS_BACKENDS",
+    "VLLMEngine",
+    "json_schema",
+    "reply_from_output",
+    "to_vllm",
+]
+
+STRUCTURED_OUTPUTS_BACKENDS = ("outlines", "xgrammar", "guidance")
+"""vLLM structured-output backends the engine accepts; outlines is the default."""
+
+REGEX_COMPILATION_TIMEOUT_S = 600
+"""Seconds vLLM may spend compiling one schema (measurements in the module docstring)."""
+
+_ROLES = ("system", "user", "assistant")
+
+# What the engine sets itself; passing these through `**llm_kwargs` would be ambiguous.
+_OWN_OPTIONS = {
+    "model": "pass the model folder as the first argument",
+    "structured_outputs_config": "use structured_outputs_backend=",
+}
+
+
+# Part 1: requests -> conversations and sampling settings (pure, no vLLM).
+
+
+@cache
+def json_schema(schema: type[BaseModel]) -> str:
+    """The JSON schema of `schema`, serialised once per class.
+
+    A string, not a dict: thousands of requests share it, and a string cannot be changed by
+    whoever reads it. vLLM accepts either.
+    """
+    return json.dumps(schema.model_json_schema(), ensure_ascii=False, sort_keys=True)
+
+
+def to_vllm(
+    requests: Sequence[JudgeRequest], *, seed: int = 0
+) -> tuple[list[list[dict[str, str]]], list[dict[str, Any]]]:
+    """Conversations and `SamplingParams` keyword arguments, one of each per request.
+
+    Each settings dict holds `max_tokens`, `temperature` (0: greedy), `seed` and
+    `structured_outputs` (the keyword arguments of `StructuredOutputsParams`: `json`, the
+    request's JSON schema).
+
+    Args:
+        requests: the wave, in order.
+        seed: the sampling seed of every request.
+
+    Returns:
+        `(conversations, settings)`, both in the order of `requests`.
+
+    Raises:
+        TypeError: a request is not a `JudgeRequest`, or its schema is not a pydantic model.
+        ValueError: a request has no messages, a malformed message or `max_tokens < 1`.
+    """
+    conversations: list[list[dict[str, str]]] = []
+    settings: list[dict[str, Any]] = []
+    for i, request in enumerate(requests):
+        if not isinstance(request, JudgeRequest):
+            raise TypeError(f"requests[{i}] must be a JudgeRequest, got {type(request).__name__}")
+        _check(request, f"requests[{i}]")
+        conversations.append(
+            [{"role": m["role"], "content": m["content"]} for m in request.messages]
+        )
+        settings.append(
+            {
+                "max_tokens": request.max_tokens,
+                "temperature": 0.0,
+                "seed": seed,
+                "structured_outputs": {"json": json_schema(request.schema)},
+            }
+        )
+    return conversations, settings
+
+
+def _check(request: JudgeRequest, where: str) -> None:
+    if not (isinstance(request.schema, type) and issubclass(request.schema, BaseModel)):
+        raise TypeError(
+            f"{where}.schema must be a pydantic BaseModel subclass, got {request.schema!r}"
+        )
+    if isinstance(request.max_tokens, bool) or not isinstance(request.max_tokens, int):
+        raise TypeError(f"{where}.max_tokens must be an int, got {request.max_tokens!r}")
+    if request.max_tokens < 1:
+        raise ValueError(f"{where}.max_tokens must be >= 1, got {request.max_tokens}")
+    if not request.messages:
+        raise ValueError(f"{where}.messages must not be empty ({request.tag})")
+    for j, message in enumerate(request.messages):
+        role, content = message.get("role"), message.get("content")
+        if role not in _ROLES:
+            raise ValueError(
+                f"{where}.messages[{j}].role must be one of {', '.join(_ROLES)}, got {role!r}"
+            )
+        if not isinstance(content, str):
+            raise ValueError(
+                f"{where}.messages[{j}].content must be a str, got {type(content).__name__}"
+            )
+
+
+# Part 2: the engine, one LLM.chat() per wave.
+
+
+class VLLMEngine:
+    """An in-process vLLM judge: one `LLM.chat()` per wave, one schema per request.
+
+    Args:
+        model_path: a model folder (safetensors and tokenizer) or a name vLLM can load.
+        structured_outputs_backend: "outlines" (default), "xgrammar" or "guidance".
+        tensor_parallel_size: GPUs to shard the model over.
+        gpu_memory_utilization: share of each GPU's memory vLLM may take (weights and KV
+            cache), in (0, 1].
+        max_model_len: context length (prompt plus reply); None takes the model's own.
+        dtype: "auto", "bfloat16", "float16" or "float32" (use float32 on a CPU build).
+        quantization: a vLLM quantization method such as "awq" or "fp8", or None.
+        chat_template_kwargs: passed to the chat template (for example
+            `{"enable_thinking": False}` for models that think by default).
+        seed: the engine's and every request's sampling seed.
+        enforce_eager: skip graph capture and compilation (faster start, slower decode).
+        **llm_kwargs: any other `vllm.LLM` option, passed as given.
+
+    Raises:
+        ValueError: an option is out of range (before vLLM is imported).
+        ImportError: vLLM is not installed.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        structured_outputs_backend: str = "outlines",
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        dtype: str = "auto",
+        quantization: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        seed: int = 0,
+        enforce_eager: bool = False,
+        **llm_kwargs: Any,
+    ) -> None:
+        if structured_outputs_backend not in STRUCTURED_OUTPUTS_BACKENDS:
+            raise ValueError(
+                "structured_outputs_backend must be one of "
+                f"{', '.join(STRUCTURED_OUTPUTS_BACKENDS)}, got {structured_outputs_backend!r}"
+            )
+        if not isinstance(tensor_parallel_size, int) or tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size!r}")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}"
+            )
+        if max_model_len is not None and max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1 or None, got {max_model_len!r}")
+        for key, instead in _OWN_OPTIONS.items():
+            if key in llm_kwargs:
+                raise ValueError(f"VLLMEngine sets {key} itself: {instead}")
+
+        # Read by vLLM's engine process when it compiles a schema; set before it starts.
+        os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", str(REGEX_COMPILATION_TIMEOUT_S))
+        try:
+            from vllm import LLM  # type: ignore[import-not-found, unused-ignore]
+        except ImportError as exc:
+            raise ImportError(
+                f"the vllm engine needs vLLM: pip install 'evalgpu[vllm]' on a CUDA machine ({exc})"
+            ) from exc
+
+        try:
+            from vllm.exceptions import VLLMClientError  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:  # vLLM before 0.11 raised ValueError only
+            self._rejections: tuple[type[Exception], ...] = (ValueError,)
+        else:
+            self._rejections = (ValueError, VLLMClientError)
+
+        self.model_path = os.fspath(model_path)
+        self.structured_outputs_backend = structured_outputs_backend
+        self.seed = seed
+        self.chat_template_kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
+        options: dict[str, Any] = {
+            "tensor_parallel_size": tensor_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "max_model_len": max_model_len,
+            "dtype": dtype,
+            "quantization": quantization,
+            "seed": seed,
+            "enforce_eager": enforce_eager,
+            "enable_prefix_caching": True,
+            "structured_outputs_config": {"backend": structured_outputs_backend},
+        }
+        options.update(llm_kwargs)
+        self.llm: LLM = LLM(self.model_path, **options)
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        """Answer every request in one `LLM.chat()` call; replies come back in order.
+
+        A request that vLLM rejects before generating (a prompt longer than `max_model_len`,
+        a schema the backend cannot take) becomes that request's error reply: the batch is
+        split in halves until the rejected requests stand alone, so the others are still
+        generated together. Any other failure of vLLM raises.
+        """
+        conversations, settings = to_vllm(requests, seed=self.seed)
+        outputs = self._chat(conversations, settings)
+        return [
+            reply_from_output(request, output)
+            if not isinstance(output, str)
+            else JudgeReply(None, "", 0, 0, 0, "error", output)
+            for request, output in zip(requests, outputs, strict=True)
+        ]
+
+    def close(self) -> None:
+        """Shut down vLLM's engine processes now instead of at interpreter exit.
+
+        Frees the device for another engine in the same process. The engine cannot generate
+        afterwards.
+        """
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
+    def _chat(
+        self, conversations: list[list[dict[str, str]]], settings: list[dict[str, Any]]
+    ) -> list[RequestOutput | str]:
+        """`LLM.chat()` on the batch; a rejected request's slot holds why, as a str."""
+        if not conversations:
+            return []
+        try:
+            outputs: list[RequestOutput | str] = list(
+                self.llm.chat(
+                    conversations,
+                    sampling_params=[sampling_params(s) for s in settings],
+                    use_tqdm=False,
+                    chat_template_kwargs=self.chat_template_kwargs,
+                )
+            )
+        except self._rejections as exc:
+            # vLLM validates each request as it adds it (VLLMValidationError, a VLLMClientError,
+            # not a ValueError since 0.32) and aborts the ones added before, so nothing was
+            # generated yet: retry the halves to isolate the rejected requests.
+            if len(conversations) == 1:
+                return [f"vLLM rejected the request: {exc}"]
+            half = len(conversations) // 2
+            return self._chat(conversations[:half], settings[:half]) + self._chat(
+                conversations[half:], settings[half:]
+            )
+        if len(outputs) != len(conversations):
+            raise RuntimeError(
+                f"vLLM returned {len(outputs)} outputs for {len(conversations)} conversations"
+            )
+        return outputs
+
+
+def sampling_params(settings: dict[str, Any]) -> SamplingParams:
+    """A `SamplingParams` from one settings dict of `to_vllm` (a fresh one per request)."""
+    from vllm import SamplingParams  # type: ignore[import-not-found, unused-ignore]
+    from vllm.sampling_params import StructuredOutputsParams  # type: ignore[import-not-found, unused-ignore]
+
+    options = dict(settings)
+    options["structured_outputs"] = StructuredOutputsParams(**options["structured_outputs"])
+    return SamplingParams(**options)
+
+
+# Part 3: RequestOutput -> JudgeReply.
+
+
+def reply_from_output(request: JudgeRequest, output: RequestOutput) -> JudgeReply:
+    """The reply to `request`, validated strictly against its schema.
+
+    `finish_reason` "stop" and "length" go to the shared parser (a cut reply is an error
+    there, and the runner retries it). Any other reason, such as "error" for a schema whose
+    grammar failed to compile or "abort", is an error reply with vLLM's reason.
+    """
+    completion = output.outputs[0]
+    prompt_tokens = len(output.prompt_token_ids or ())
+    output_tokens = len(completion.token_ids)
+    cached_tokens = output.num_cached_tokens or 0
+    finish_reason = str(completion.finish_reason or "unfinished")
+    if finish_reason not in ("stop", "length"):
+        return JudgeReply(
+            parsed=None,
+            text=completion.text,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            finish_reason=finish_reason,
+            error=(
+                f"vLLM ended the request with finish_reason={finish_reason!r} "
+                "(a schema that failed to compile ends this way; see vLLM's log)"
+            ),
+        )
+    return reply_from_text(
+        request,
+        completion.text,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        cached_tokens=cached_tokens,
+        finish_reason=finish_reason,
+    )

@@ -1,0 +1,104 @@
+"""The vLLM engine on the default model: one engine, one mixed-schema batch, one scorer run.
+
+Runs where vLLM is importable (the CPU smoke environment `.venv-vllm`, see `.ci/vllm-smoke`,
+or a GPU machine); skipped elsewhere. On a CPU build it needs `VLLM_CPU_KVCACHE_SPACE` (GiB of
+KV cache; 2 is plenty) and takes about 2 minutes, most of it loading the model and compiling
+the schemas, plus about 2 more for the scorer run (marked `slow`: `-m "vllm and not slow"`
+leaves it out). The model folder comes from `EVALGPU_TEST_MODEL`, else the repo's
+`models/smollm2-135m-instruct`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from evalgpu import create_summarization_scorer
+from evalgpu.engines.vllm import VLLMEngine
+from evalgpu.scorers.context_recall import claims_request
+from evalgpu.scorers.summarization import questions_request
+from evalgpu.verdicts import Claims, questions_schema
+
+pytestmark = pytest.mark.vllm
+
+MODEL = Path(
+    os.environ.get(
+        "EVALGPU_TEST_MODEL",
+        Path(__file__).resolve().parents[2] / "models" / "smollm2-135m-instruct",
+    )
+)
+SOURCE = "The Golden Gate Bridge opened in 1937. It spans 2.7 kilometres."
+
+
+def on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[VLLMEngine]:
+    if not (MODEL / "config.json").is_file():
+        pytest.skip(
+            f"no model at {MODEL}: run `python -m evalgpu models pull` or set EVALGPU_TEST_MODEL"
+        )
+    if on_cpu():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        # A CPU build has fast kernels for float32 only; compiling the model takes minutes.
+        engine = VLLMEngine(MODEL, dtype="float32", enforce_eager=True, max_model_len=2048)
+    else:
+        engine = VLLMEngine(
+            MODEL, enforce_eager=True, max_model_len=2048, gpu_memory_utilization=0.2
+        )
+    yield engine
+    engine.close()  # now, while pytest still captures vLLM's shutdown log
+
+
+def test_one_batch_with_two_schemas(engine):
+    requests = [
+        claims_request("The Eiffel Tower is in Paris. It was finished in 1889."),
+        questions_request(SOURCE, 3),
+    ]
+    replies = engine.generate(requests)
+    assert len(replies) == 2
+    for reply in replies:
+        assert reply.error is None, reply.error
+        assert reply.finish_reason == "stop"
+        assert reply.prompt_tokens > 0
+        assert reply.output_tokens > 0
+        assert isinstance(reply.cached_tokens, int)
+        assert 0 <= reply.cached_tokens <= reply.prompt_tokens
+    assert isinstance(replies[0].parsed, Claims)
+    assert isinstance(replies[1].parsed, questions_schema(3))
+    assert len(replies[1].parsed.questions) <= 3
+
+    # The same wave again: greedy decoding gives the same replies, and the prompts, already
+    # seen, are served from the prefix cache.
+    again = engine.generate(requests)
+    assert [r.text for r in again] == [r.text for r in replies]
+    assert all(r.cached_tokens > 0 for r in again)
+
+
+def test_a_prompt_longer_than_the_model_fails_alone(engine):
+    too_long = claims_request("The river is long. " * 700)  # > max_model_len=2048 tokens
+    replies = engine.generate([too_long, questions_request(SOURCE, 3)])
+    assert replies[0].parsed is None
+    assert replies[0].error is not None
+    assert replies[0].error.startswith("vLLM rejected the request: ")
+    assert "maximum context length is 2048" in replies[0].error
+    assert replies[1].error is None
+
+
+@pytest.mark.slow  # about 2 minutes on a CPU: compiles two more schemas, ~750 output tokens
+def test_summarization_scorer_end_to_end(engine):
+    scorer = create_summarization_scorer(engine, max_questions=3)
+    result = scorer.run(input=SOURCE, output="The Golden Gate Bridge opened in 1937.")
+    assert result.error is None, result.error
+    assert result.score is not None and 0.0 <= result.score <= 1.0
+    assert len(result.preprocess_step_result["questions"]) <= 3
+    assert result.usage.prompt_tokens > 0

@@ -1,0 +1,354 @@
+"""The vLLM engine's adapter, without vLLM: requests -> chat + sampling settings, outputs ->
+replies, and the engine's batching around `LLM.chat()`, driven by a stand-in `vllm` module.
+
+The real engine is tested in test_vllm.py (needs vLLM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from evalgpu.engines.vllm import (
+    REGEX_COMPILATION_TIMEOUT_S,
+    VLLMEngine,
+    json_schema,
+    reply_from_output,
+    to_vllm,
+)
+from evalgpu.scorers.context_recall import claims_request
+from evalgpu.scorers.summarization import alignment_request, questions_request
+from evalgpu.verdicts import Claims, questions_schema
+
+SOURCE = "The bridge opened in 1932. It carries eight lanes."
+
+
+def test_messages_pass_through_in_order():
+    requests = [claims_request("Paris is in France."), questions_request(SOURCE, 3)]
+    conversations, _ = to_vllm(requests)
+    assert conversations == [r.messages for r in requests]
+    assert conversations[0] is not requests[0].messages  # a copy: vLLM may not alter ours
+
+
+def test_each_request_carries_its_own_schema():
+    requests = [claims_request("Paris is in France."), questions_request(SOURCE, 3)]
+    _, settings = to_vllm(requests)
+    schemas = [json.loads(s["structured_outputs"]["json"]) for s in settings]
+    assert schemas == [Claims.model_json_schema(), questions_schema(3).model_json_schema()]
+    assert schemas[1]["properties"]["questions"]["maxItems"] == 3
+
+
+def test_sampling_is_greedy_seeded_and_budgeted():
+    requests = [alignment_request(SOURCE, "It opened in 1932."), questions_request(SOURCE, 3)]
+    _, settings = to_vllm(requests, seed=7)
+    for request, s in zip(requests, settings, strict=True):
+        assert s["max_tokens"] == request.max_tokens
+        assert s["temperature"] == 0.0
+        assert s["seed"] == 7
+        assert set(s) == {"max_tokens", "temperature", "seed", "structured_outputs"}
+
+
+def test_json_schema_is_built_once_per_class():
+    assert json_schema(Claims) is json_schema(Claims)
+    _, settings = to_vllm([claims_request("A."), claims_request("B.")])
+    assert settings[0]["structured_outputs"]["json"] is settings[1]["structured_outputs"]["json"]
+
+
+def test_empty_wave():
+    assert to_vllm([]) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        ({"max_tokens": 0}, ValueError, r"^requests\[0\]\.max_tokens must be >= 1, got 0$"),
+        ({"max_tokens": 1.5}, TypeError, r"^requests\[0\]\.max_tokens must be an int, got 1\.5$"),
+        ({"messages": []}, ValueError, r"^requests\[0\]\.messages must not be empty"),
+        (
+            {"messages": [{"role": "tool", "content": "x"}]},
+            ValueError,
+            r"^requests\[0\]\.messages\[0\]\.role must be one of system, user, assistant, "
+            r"got 'tool'$",
+        ),
+        (
+            {"messages": [{"role": "user", "content": None}]},
+            ValueError,
+            r"^requests\[0\]\.messages\[0\]\.content must be a str, got NoneType$",
+        ),
+        ({"schema": dict}, TypeError, r"^requests\[0\]\.schema must be a pydantic BaseModel"),
+    ],
+)
+def test_malformed_request_is_named(change, error, match):
+    bad = replace(claims_request("Paris is in France."), **change)
+    with pytest.raises(error, match=match):
+        to_vllm([bad])
+
+
+def test_not_a_request_is_named():
+    with pytest.raises(TypeError, match=r"^requests\[1\] must be a JudgeRequest, got dict$"):
+        to_vllm([claims_request("A."), {"tag": "x"}])  # type: ignore[list-item]
+
+
+# RequestOutput -> JudgeReply, with stand-ins shaped like vllm.outputs.
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = "stop"
+
+
+@dataclass
+class Output:
+    outputs: list[Completion]
+    prompt_token_ids: list[int] | None = field(default_factory=lambda: [1] * 40)
+    num_cached_tokens: int | None = 32
+
+
+def test_reply_counts_tokens_and_cache():
+    request = claims_request("Paris is in France.")
+    reply = reply_from_output(
+        request, Output([Completion('{"claims": ["Paris is in France."]}', [5] * 9)])
+    )
+    assert reply.error is None
+    assert isinstance(reply.parsed, Claims)
+    assert reply.parsed.claims == ["Paris is in France."]
+    assert (reply.prompt_tokens, reply.output_tokens, reply.cached_tokens) == (40, 9, 32)
+    assert reply.finish_reason == "stop"
+
+
+def test_no_cache_information_counts_zero():
+    output = Output([Completion('{"claims": []}', [5])], num_cached_tokens=None)
+    assert reply_from_output(claims_request("A."), output).cached_tokens == 0
+
+
+def test_cut_reply_is_an_error_never_parsed():
+    request = claims_request("A.")
+    output = Output([Completion('{"claims": ["A."]}', [5] * 3, finish_reason="length")])
+    reply = reply_from_output(request, output)
+    assert reply.parsed is None
+    assert reply.finish_reason == "length"
+    assert reply.error == f"reply cut at max_tokens={request.max_tokens}"
+
+
+def test_schema_mismatch_is_an_error():
+    reply = reply_from_output(claims_request("A."), Output([Completion('{"claim": "A."}', [5])]))
+    assert reply.parsed is None
+    assert reply.error is not None and reply.error.startswith("reply does not match the schema")
+
+
+def test_vllm_error_finish_is_an_error_reply():
+    reply = reply_from_output(
+        claims_request("A."), Output([Completion("", [], finish_reason="error")])
+    )
+    assert reply.parsed is None
+    assert reply.finish_reason == "error"
+    assert reply.error is not None
+    assert reply.error.startswith("vLLM ended the request with finish_reason='error'")
+
+
+# The engine around LLM.chat(), with a stand-in `vllm` module.
+
+
+class FakeLLM:
+    """Answers `chat()` like vLLM: rejects a batch whose prompt says TOO LONG, before
+    generating anything; else answers each conversation with an empty claims list."""
+
+    def __init__(self, model: str, **options: Any) -> None:
+        self.model = model
+        self.options = options
+        self.calls: list[tuple[list[Any], list[Any], dict[str, Any]]] = []
+
+    def chat(self, conversations, sampling_params, **kwargs):
+        self.calls.append((conversations, sampling_params, kwargs))
+        assert len(conversations) == len(sampling_params)
+        if any("TOO LONG" in c[-1]["content"] for c in conversations):
+            raise FakeValidationError(
+                "The decoder prompt (length 9000) is longer than the maximum model length of 2048."
+            )
+        if any("BAD TEMPLATE" in c[-1]["content"] for c in conversations):
+            raise ValueError("the chat template rejected the conversation")
+        return [
+            Output(
+                [Completion('{"claims": []}', [1, 2, 3])],
+                prompt_token_ids=[0] * 10,
+                num_cached_tokens=4,
+            )
+            for _ in conversations
+        ]
+
+
+class FakeClientError(Exception):
+    """vLLM 0.32's `VLLMClientError`: not a ValueError."""
+
+
+class FakeValidationError(FakeClientError):
+    pass
+
+
+class FakeStructuredOutputsParams:
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+
+class FakeSamplingParams:
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    vllm = types.ModuleType("vllm")
+    vllm.LLM = FakeLLM  # type: ignore[attr-defined]
+    vllm.SamplingParams = FakeSamplingParams  # type: ignore[attr-defined]
+    sp = types.ModuleType("vllm.sampling_params")
+    sp.StructuredOutputsParams = FakeStructuredOutputsParams  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", sp)
+    exceptions = types.ModuleType("vllm.exceptions")
+    exceptions.VLLMClientError = FakeClientError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm.exceptions", exceptions)
+    # Set, then deleted: monkeypatch then also removes what the engine sets.
+    monkeypatch.setenv("VLLM_REGEX_COMPILATION_TIMEOUT_S", "0")
+    monkeypatch.delenv("VLLM_REGEX_COMPILATION_TIMEOUT_S")
+    return vllm
+
+
+def test_engine_options_reach_llm(fake_vllm):
+    engine = VLLMEngine("/models/judge", max_model_len=2048, dtype="float32", seed=3, swap_space=1)
+    llm = engine.llm
+    assert llm.model == "/models/judge"
+    assert llm.options["enable_prefix_caching"] is True
+    assert llm.options["structured_outputs_config"] == {"backend": "outlines"}
+    assert llm.options["seed"] == 3
+    assert llm.options["max_model_len"] == 2048
+    assert llm.options["dtype"] == "float32"
+    assert llm.options["swap_space"] == 1
+    assert engine.name == "vllm"
+    assert os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == str(REGEX_COMPILATION_TIMEOUT_S)
+
+
+def test_a_set_regex_timeout_is_kept(fake_vllm, monkeypatch):
+    monkeypatch.setenv("VLLM_REGEX_COMPILATION_TIMEOUT_S", "42")
+    VLLMEngine("m")
+    assert os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "42"
+
+
+def test_one_chat_call_per_wave_with_one_params_per_request(fake_vllm):
+    engine = VLLMEngine("m", structured_outputs_backend="xgrammar", chat_template_kwargs={"x": 1})
+    requests = [claims_request("A."), questions_request(SOURCE, 3), claims_request("B.")]
+    replies = engine.generate(requests)
+    assert engine.llm.options["structured_outputs_config"] == {"backend": "xgrammar"}
+    assert len(engine.llm.calls) == 1
+    conversations, params, kwargs = engine.llm.calls[0]
+    assert conversations == [r.messages for r in requests]
+    assert [p.kwargs["max_tokens"] for p in params] == [r.max_tokens for r in requests]
+    assert [p.kwargs["temperature"] for p in params] == [0.0] * 3
+    assert [p.kwargs["structured_outputs"].kwargs["json"] for p in params] == [
+        json_schema(r.schema) for r in requests
+    ]
+    assert kwargs == {"use_tqdm": False, "chat_template_kwargs": {"x": 1}}
+    assert [r.error is None for r in replies] == [
+        True,
+        False,
+        True,
+    ]  # claims for a questions schema
+    assert replies[1].error.startswith("reply does not match the schema")
+    assert (replies[0].prompt_tokens, replies[0].output_tokens, replies[0].cached_tokens) == (
+        10,
+        3,
+        4,
+    )
+
+
+def test_a_rejected_request_fails_alone(fake_vllm):
+    engine = VLLMEngine("m")
+    requests = [claims_request(t) for t in ("A.", "B.", "TOO LONG", "C.", "D.")]
+    replies = engine.generate(requests)
+    assert [r.error is None for r in replies] == [True, True, False, True, True]
+    assert replies[2].error == (
+        "vLLM rejected the request: The decoder prompt (length 9000) is longer than the maximum "
+        "model length of 2048."
+    )
+    assert replies[2].finish_reason == "error"
+    # The full batch, then halves until the rejected request stands alone.
+    assert [len(c[0]) for c in engine.llm.calls] == [5, 2, 3, 1, 2]
+
+
+def test_a_value_error_also_counts_as_a_rejection(fake_vllm):
+    engine = VLLMEngine("m")
+    replies = engine.generate([claims_request("BAD TEMPLATE"), claims_request("A.")])
+    assert (
+        replies[0].error == "vLLM rejected the request: the chat template rejected the conversation"
+    )
+    assert replies[1].error is None
+
+
+def test_other_engine_failures_raise(fake_vllm, monkeypatch):
+    engine = VLLMEngine("m")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("engine core died")
+
+    monkeypatch.setattr(engine.llm, "chat", broken)
+    with pytest.raises(RuntimeError, match="engine core died"):
+        engine.generate([claims_request("A.")])
+
+
+def test_close_without_engine_processes_is_a_no_op(fake_vllm):
+    VLLMEngine("m").close()
+
+
+def test_no_requests_no_call(fake_vllm):
+    engine = VLLMEngine("m")
+    assert engine.generate([]) == []
+    assert engine.llm.calls == []
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (
+            {"structured_outputs_backend": "regex"},
+            r"^structured_outputs_backend must be one of outlines, xgrammar, guidance, "
+            r"got 'regex'$",
+        ),
+        ({"tensor_parallel_size": 0}, r"^tensor_parallel_size must be >= 1, got 0$"),
+        (
+            {"gpu_memory_utilization": 1.5},
+            r"^gpu_memory_utilization must be in \(0, 1\], got 1\.5$",
+        ),
+        ({"max_model_len": 0}, r"^max_model_len must be >= 1 or None, got 0$"),
+        (
+            {"structured_outputs_config": {"backend": "xgrammar"}},
+            r"^VLLMEngine sets structured_outputs_config itself: use structured_outputs_backend=$",
+        ),
+    ],
+)
+def test_bad_options_fail_before_vllm_loads(monkeypatch, options, match):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # importing vllm would fail
+    with pytest.raises(ValueError, match=match):
+        VLLMEngine("m", **options)
+
+
+def test_missing_vllm_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(ImportError, match=r"pip install 'evalgpu\[vllm\]'"):
+        VLLMEngine("m")
+
+
+def test_importing_the_module_needs_no_vllm():
+    code = (
+        "import sys; sys.modules['vllm'] = None; import evalgpu.engines.vllm as m; "
+        "print(m.VLLMEngine.name)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "vllm"
