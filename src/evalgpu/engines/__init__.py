@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import json
 from typing import Any
 
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 
-__all__ = ["Engine", "JudgeReply", "JudgeRequest", "load_engine"]
+__all__ = ["BACKENDS", "Engine", "JudgeReply", "JudgeRequest", "load_engine"]
+
+BACKENDS = ("auto", "vllm", "transformers")
+"""Built-in backends; "package.module:factory" names your own."""
+
+_ENGINES: dict[tuple[str, str, str], Engine] = {}
+"""Engines loaded in this process, by (model folder, backend, options): a model loads once."""
 
 
 def load_engine(model: str | None = None, backend: str = "auto", **options: Any) -> Engine:
@@ -18,16 +26,58 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
         backend: "auto" (vLLM when importable and a CUDA device is present, else
             transformers), "vllm", "transformers", or "package.module:factory" to bring your
             own engine: the factory is called as `factory(model, **options)`.
-        **options: passed to the engine.
+        **options: passed to the engine, over the preset's options (dtype, max_model_len,
+            chat_template_kwargs, ...) when `model` names a preset or its folder.
+
+    Returns:
+        The engine. Built-in backends are cached per process: two scorers given the same
+        model, backend and options share one loaded model.
+
+    Raises:
+        ValueError: an unknown backend, or a model that is neither a folder nor a preset.
+        FileNotFoundError: a preset whose folder holds no weights (the message names it).
     """
     if ":" in backend:
         module, _, attr = backend.partition(":")
         try:
             factory = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
-            raise ValueError(f"backend {backend!r}: cannot import {attr!r} from {module!r} ({exc})") from exc
+            raise ValueError(
+                f"backend {backend!r}: cannot import {attr!r} from {module!r} ({exc})"
+            ) from exc
         engine = factory(model, **options)
         if not isinstance(engine, Engine):
             raise TypeError(f"backend {backend!r} returned {type(engine).__name__}, not an Engine")
         return engine
-    raise NotImplementedError("load_engine: the vllm and transformers engines are not implemented yet")
+    if backend not in BACKENDS:
+        raise ValueError(
+            f"backend must be one of {', '.join(BACKENDS)} or 'package.module:factory', "
+            f"got {backend!r}"
+        )
+    from evalgpu.models import preset_for, resolve_model
+
+    path = resolve_model(model)
+    if backend == "auto":
+        backend = "vllm" if _cuda_with_vllm() else "transformers"
+    preset = preset_for(model)
+    options = {**(preset.engine_options(backend) if preset else {}), **options}
+    key = (str(path.resolve()), backend, json.dumps(options, sort_keys=True, default=repr))
+    if key not in _ENGINES:
+        if backend == "vllm":
+            from evalgpu.engines.vllm import VLLMEngine
+
+            _ENGINES[key] = VLLMEngine(str(path), **options)
+        else:
+            from evalgpu.engines.transformers import TransformersEngine
+
+            _ENGINES[key] = TransformersEngine(str(path), **options)
+    return _ENGINES[key]
+
+
+def _cuda_with_vllm() -> bool:
+    """vLLM is importable and a CUDA device is present (torch is imported only then)."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
