@@ -1,0 +1,82 @@
+"""`load_engine`: backend choice, preset options under the user's, one engine per process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import evalgpu.engines as engines
+from evalgpu.engines import load_engine
+
+
+class Dummy:
+    """Stands in for a real engine class: records how it was built."""
+
+    name = "dummy"
+
+    def __init__(self, path: str, **options: Any) -> None:
+        self.path = path
+        self.options = options
+
+    def generate(self, requests):
+        return []
+
+
+@pytest.fixture
+def fake_backends(tmp_path, monkeypatch):
+    import evalgpu.engines.transformers as tf
+    import evalgpu.engines.vllm as vl
+
+    monkeypatch.setenv("EVALGPU_MODELS_DIR", str(tmp_path))
+    monkeypatch.setattr(tf, "TransformersEngine", type("TF", (Dummy,), {"name": "transformers"}))
+    monkeypatch.setattr(vl, "VLLMEngine", type("VL", (Dummy,), {"name": "vllm"}))
+    monkeypatch.setattr(engines, "_ENGINES", {})
+    (tmp_path / "qwen3-8b").mkdir()
+    (tmp_path / "qwen3-8b" / "config.json").write_text("{}")
+    return tmp_path
+
+
+def test_an_unknown_backend_lists_the_accepted_ones():
+    with pytest.raises(
+        ValueError,
+        match=r"backend must be one of auto, vllm, transformers or "
+        r"'package.module:factory', got 'tpu'",
+    ):
+        load_engine("anything", backend="tpu")
+
+
+def test_preset_options_are_defaults_under_the_users(fake_backends):
+    engine = load_engine("qwen3-8b", backend="vllm", dtype="float16")
+    assert engine.name == "vllm"
+    assert engine.path == str(fake_backends / "qwen3-8b")
+    assert engine.options == {
+        "max_model_len": 32768,
+        "dtype": "float16",
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+
+
+def test_a_folder_gets_no_preset_options(fake_backends, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mine")
+    engine = load_engine(str(folder), backend="transformers", batch_size=4)
+    assert engine.name == "transformers" and engine.options == {"batch_size": 4}
+
+
+def test_one_engine_per_model_backend_and_options(fake_backends):
+    first = load_engine("qwen3-8b", backend="transformers")
+    assert load_engine("qwen3-8b", backend="transformers") is first
+    assert load_engine(str(fake_backends / "qwen3-8b"), backend="transformers") is first
+    assert load_engine("qwen3-8b", backend="transformers", batch_size=2) is not first
+
+
+def test_auto_picks_transformers_without_vllm_and_cuda(fake_backends, monkeypatch):
+    monkeypatch.setattr(engines, "_cuda_with_vllm", lambda: False)
+    assert load_engine("qwen3-8b").name == "transformers"
+    monkeypatch.setattr(engines, "_cuda_with_vllm", lambda: True)
+    assert load_engine("qwen3-8b").name == "vllm"
+
+
+def test_missing_weights_fail_before_any_engine_is_built(fake_backends):
+    with pytest.raises(FileNotFoundError, match=r"no weights in .*mistral-7b-instruct/"):
+        load_engine("mistral-7b-instruct", backend="transformers")
