@@ -131,3 +131,21 @@ def test_a_pulled_model_is_not_pulled_again(models_dir, monkeypatch):
     monkeypatch.setattr(models.subprocess, "run", None)  # any download would fail loudly
     assert models.resolve_model(None) == folder
     assert models.pull() == folder
+
+
+def test_a_hand_filled_default_folder_is_never_overwritten(models_dir, monkeypatch):
+    folder = models_dir / models.DEFAULT_MODEL
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setattr(models.subprocess, "run", None)
+    assert models.pull() == folder
+    assert (folder / "config.json").read_text() == "{}"
+
+
+def test_a_half_filled_default_folder_is_an_error(models_dir, monkeypatch):
+    folder = models_dir / models.DEFAULT_MODEL
+    folder.mkdir()
+    (folder / "model.safetensors").write_text("")
+    monkeypatch.setattr(models.subprocess, "run", None)
+    with pytest.raises(RuntimeError, match=r"holds files but no config\.json"):
+        models.pull()

