@@ -35,11 +35,11 @@ __all__ = [
     "questions_schema",
 ]
 
-MAX_CLAIMS = 12
+MAX_CLAIMS = 10
 """Claims extracted from one summary or one ground truth."""
 CLAIM_CHARS = 200
 """A claim or a question: one atomic sentence."""
-REASON_CHARS = 120
+REASON_CHARS = 100
 """A verdict's reason: one short sentence of evidence."""
 SUMMARY_REASON_CHARS = 600
 """A model-written reason for a whole score (`reason="model"`)."""
@@ -175,5 +175,7 @@ def budget(items: int, chars_per_item: int) -> int:
     One token per 2 characters is a worst case for English and about right for Chinese,
     Japanese and Korean under the default model's tokenizer; 16 tokens per item cover JSON
     punctuation and the keys, and 32 the envelope. A cut reply is retried once at twice this.
+    Measured on the default model (docs/SCHEMAS.md), whose replies often fill every item and
+    every string to its bound: the longest reply used 72% of its budget, none was cut.
     """
     return 32 + items * (16 + chars_per_item // 2)
