@@ -178,3 +178,10 @@ def test_a_prompt_over_the_context_length_is_an_error_reply(engine):
     assert replies[0].finish_reason == "error"
     assert "exceeds max_model_len=8192" in replies[0].error
     assert replies[1].finish_reason in ("stop", "length")
+
+
+@pytest.mark.slow
+def test_it_counts_tokens_for_the_context_length_check(engine):
+    assert engine.count_tokens("") == 0
+    assert 0 < engine.count_tokens("The Golden Gate Bridge opened in 1937.") < 20
+    assert engine.max_model_len == 8192

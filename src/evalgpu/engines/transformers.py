@@ -192,6 +192,10 @@ class TransformersEngine:
         ).vocabulary
         self._processors: dict[type[BaseModel], Any] = {}
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` alone (no special tokens): lets a sweep name a too-long field."""
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def _template_keeps_system(self) -> bool:
         probe = [{"role": "system", "content": "S-7f3a"}, {"role": "user", "content": "U"}]
         try:
