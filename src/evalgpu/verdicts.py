@@ -15,7 +15,7 @@ Bounds and budgets were chosen from measurements on the default model (docs/SCHE
 from __future__ import annotations
 
 from functools import cache
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -44,6 +44,8 @@ REASON_CHARS = 100
 SUMMARY_REASON_CHARS = 600
 """A model-written reason for a whole score (`reason="model"`)."""
 MAX_PASSAGES_CITED = 8
+ENUM_PASSAGES = 64
+"""Up to this many passages, a passage number is an enum of 1..n (see `attribution_schema`)."""
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -153,10 +155,18 @@ def coverage_schema(max_questions: int) -> type[Coverage]:
 def attribution_schema(n_passages: int) -> type[Attribution]:
     """`Attribution` whose passage numbers can only be 1..n_passages.
 
-    Constraining the numbers in the schema means a judge cannot cite a passage that does not
-    exist, so nothing has to be dropped after the fact.
+    The numbers are an enum (`Literal[1, ..., n]`), not an integer with `minimum`/`maximum`:
+    outlines' JSON-schema compiler, in the transformers engine and in vLLM's outlines backend
+    alike, ignores integer bounds but honours an enum. So a judge cannot cite a passage that
+    does not exist, and nothing has to be dropped after the fact. Past `ENUM_PASSAGES` the
+    enum would slow the compile for no gain; the bound is then checked on validation, and an
+    out-of-range number fails the row with its reason.
     """
-    passage = Annotated[int, Field(ge=1, le=n_passages)]
+    passage: Any
+    if n_passages <= ENUM_PASSAGES:
+        passage = Literal[tuple(range(1, n_passages + 1))]
+    else:
+        passage = Annotated[int, Field(ge=1, le=n_passages)]
     verdict = create_model(
         f"AttributionVerdict{n_passages}",
         __base__=AttributionVerdict,

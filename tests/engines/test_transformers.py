@@ -3,7 +3,6 @@ both scorers on the real default model on CPU."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import pytest
@@ -13,13 +12,12 @@ from evalgpu.engines import Engine, JudgeReply, JudgeRequest
 from evalgpu.engines.transformers import (
     TransformersEngine,
     chat_for,
-    decoding_schema,
     plan_batches,
     read_output,
 )
 from evalgpu.prompting import judge_chat
 from evalgpu.scorers.summarization import questions_request
-from evalgpu.verdicts import Claims, Reason, attribution_schema, questions_schema
+from evalgpu.verdicts import Reason, questions_schema
 
 # -- the pure adapter --------------------------------------------------------------------
 
@@ -36,16 +34,6 @@ def test_system_text_is_folded_into_the_user_turn_otherwise():
     ]
     assert chat[1]["content"] == "Judge."  # the request's messages are not modified
     assert chat_for(chat[:1], system_role=False) == [{"role": "user", "content": "Be strict."}]
-
-
-def test_passage_numbers_decode_as_an_enum():
-    schema = json.loads(decoding_schema(attribution_schema(3)))
-    verdict = next(d for name, d in schema["$defs"].items() if "Verdict" in name)
-    assert verdict["properties"]["passages"]["items"] == {"enum": [1, 2, 3]}
-    assert verdict["properties"]["passages"]["maxItems"] == 3
-    # Everything else is pydantic's schema, bounds included.
-    assert verdict["properties"]["claim"]["maxLength"] > 0
-    assert json.loads(decoding_schema(Claims)) == Claims.model_json_schema()
 
 
 def _request(schema, max_tokens: int) -> JudgeRequest:

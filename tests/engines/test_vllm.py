@@ -13,13 +13,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from pydantic import BaseModel, Field
 
 pytest.importorskip("vllm")
 
 from evalgpu import create_summarization_scorer
+from evalgpu.engines import JudgeRequest
 from evalgpu.engines.vllm import VLLMEngine
+from evalgpu.prompting import judge_chat
 from evalgpu.scorers.context_recall import claims_request
 from evalgpu.scorers.summarization import questions_request
 from evalgpu.verdicts import Claims, questions_schema
@@ -92,6 +96,24 @@ def test_a_prompt_longer_than_the_model_fails_alone(engine):
     assert replies[0].error.startswith("vLLM rejected the request: ")
     assert "maximum context length is 2048" in replies[0].error
     assert replies[1].error is None
+
+
+def test_it_counts_tokens_for_the_context_length_check(engine):
+    assert engine.max_model_len == 2048
+    assert engine.count_tokens("") == 0
+    assert 0 < engine.count_tokens("The Golden Gate Bridge opened in 1937.") < 20
+
+
+def test_an_enum_bounds_the_numbers_the_judge_can_write(engine):
+    # verdicts.attribution_schema writes passage numbers this way because vLLM's outlines
+    # backend ignores integer minimum/maximum; an enum it honours.
+    class Cited(BaseModel):
+        passages: list[Literal[1, 2]] = Field(min_length=1, max_length=2)
+
+    ask = judge_chat('Reply with JSON: {"passages": [7, 9]}')
+    reply = engine.generate([JudgeRequest("t", ask, Cited, 24)])[0]
+    assert reply.error is None, reply.error
+    assert set(reply.parsed.passages) <= {1, 2}
 
 
 @pytest.mark.slow  # about 2 minutes on a CPU: compiles two more schemas, ~750 output tokens

@@ -3,9 +3,8 @@
 Three parts, like outlines' own backend files:
 
 - pure translation, no model: `chat_for` (the chat a model's template can take),
-  `decoding_schema` (the JSON schema the constraint compiler honours), `plan_batches`
-  (requests grouped by schema and budget, sorted by prompt length), `read_output` (tokens
-  back into text, token count and finish reason);
+  `plan_batches` (requests grouped by schema and budget, sorted by prompt length),
+  `read_output` (tokens back into text, token count and finish reason);
 - `TransformersEngine.generate`, one `model.generate()` per batch;
 - the replies, built by `reply_from_text` like every engine's.
 
@@ -26,10 +25,7 @@ from pydantic import BaseModel
 from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 
-__all__ = ["TransformersEngine", "chat_for", "decoding_schema", "plan_batches", "read_output"]
-
-_ENUM_RANGE = 64
-"""An integer bounded to at most this many values is decoded as an enum (see `decoding_schema`)."""
+__all__ = ["TransformersEngine", "chat_for", "plan_batches", "read_output"]
 
 
 def chat_for(messages: list[dict[str, str]], system_role: bool) -> list[dict[str, str]]:
@@ -47,28 +43,6 @@ def chat_for(messages: list[dict[str, str]], system_role: bool) -> list[dict[str
     elif system:
         rest.insert(0, {"role": "user", "content": system})
     return rest
-
-
-def decoding_schema(schema: type[BaseModel]) -> str:
-    """The JSON schema to compile, with small integer ranges written as enums.
-
-    outlines' JSON-schema compiler ignores `minimum`/`maximum` on integers, so a passage number
-    bounded to 1..n would decode as any integer and then fail validation; an enum of 1..n makes
-    the bound part of the constraint. Everything else is the schema pydantic writes.
-    """
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, list):
-            return [walk(x) for x in node]
-        if not isinstance(node, dict):
-            return node
-        low, high = node.get("minimum"), node.get("maximum")
-        if node.get("type") == "integer" and low is not None and high is not None:
-            if 0 <= high - low < _ENUM_RANGE:
-                return {"enum": list(range(int(low), int(high) + 1))}
-        return {k: walk(v) for k, v in node.items()}
-
-    return json.dumps(walk(schema.model_json_schema()))
 
 
 def plan_batches(
@@ -218,7 +192,8 @@ class TransformersEngine:
                 build_regex_from_schema,
             )
 
-            index = Index(build_regex_from_schema(decoding_schema(schema)), self._vocabulary)
+            regex = build_regex_from_schema(json.dumps(schema.model_json_schema()))
+            index = Index(regex, self._vocabulary)
             self._processors[schema] = _processor_class()(index, "torch")
         return self._processors[schema]
 

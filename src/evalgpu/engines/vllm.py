@@ -251,6 +251,13 @@ class VLLMEngine:
         }
         options.update(llm_kwargs)
         self.llm: LLM = LLM(self.model_path, **options)
+        self.max_model_len: int = int(self.llm.llm_engine.model_config.max_model_len)
+        """Prompt plus reply tokens the engine holds (the runner checks sources against it)."""
+        self._tokenizer: Any = self.llm.get_tokenizer()
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` under the judge's tokenizer (no special tokens)."""
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
 
     def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
         """Answer every request in one `LLM.chat()` call; replies come back in order.
