@@ -252,7 +252,7 @@ def run_step(engine, requests: list[JudgeRequest]) -> tuple[list, float]:
     """Replies and generation seconds (schemas are compiled first, outside the timing)."""
     for schema in {r.schema for r in requests}:
         started = time.monotonic()
-        engine.processor(schema)
+        engine.index(schema)
         print(
             json.dumps(
                 {

@@ -10,14 +10,17 @@ import pytest
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
 from evalgpu.engines.transformers import (
+    KVBatch,
+    Slot,
     TransformersEngine,
     chat_for,
-    plan_batches,
-    read_output,
+    prefill_groups,
+    shared_prefix,
 )
 from evalgpu.prompting import judge_chat
-from evalgpu.scorers.summarization import questions_request
-from evalgpu.verdicts import Reason, questions_schema
+from evalgpu.scorers.context_recall import claims_request
+from evalgpu.scorers.summarization import alignment_request, questions_request
+from evalgpu.verdicts import Reason
 
 # -- the pure adapter --------------------------------------------------------------------
 
@@ -36,36 +39,97 @@ def test_system_text_is_folded_into_the_user_turn_otherwise():
     assert chat_for(chat[:1], system_role=False) == [{"role": "user", "content": "Be strict."}]
 
 
-def _request(schema, max_tokens: int) -> JudgeRequest:
-    return JudgeRequest("t", judge_chat("x"), schema, max_tokens)
+def test_shared_prefix_counts_common_leading_tokens():
+    assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert shared_prefix([1, 2], [1, 2, 3]) == 2
+    assert shared_prefix([], [1]) == 0
 
 
-def test_batches_hold_one_schema_and_budget_sorted_by_length():
-    q2, q3 = questions_schema(2), questions_schema(3)
-    requests = [
-        _request(q2, 100),
-        _request(q3, 100),
-        _request(q2, 100),
-        _request(q2, 200),
-        _request(q2, 100),
-        _request(q3, 100),
+def test_prompts_of_one_source_share_their_prefix_in_one_prefill_group():
+    instructions, source_a, source_b = list(range(100)), list(range(1000, 1600)), [7] * 600
+    prompts = [
+        instructions + source_a + [1, 2, 3],  # alignment of summary 1 of source A
+        instructions + source_a + [9],  # questions of source A
+        instructions + source_a + [4, 5],  # alignment of summary 2 of source A
+        instructions + source_b + [8, 8],  # another source
     ]
-    lengths = [50, 10, 30, 5, 40, 20]
-    batches = plan_batches(requests, lengths, batch_size=2)
-    assert sorted(i for b in batches for i in b) == list(range(6))
-    for batch in batches:
-        assert len({(requests[i].schema, requests[i].max_tokens) for i in batch}) == 1
-        assert len(batch) <= 2
-    assert [2, 4] in batches and [0] in batches  # q2/100 sorted by length: 2 (30), 4 (40), 0 (50)
-    assert [1, 5] in batches and [3] in batches
+    order = sorted(range(4), key=lambda i: prompts[i])
+    groups = prefill_groups(prompts, order, max_tokens=8192)
+    assert sorted(i for _, members in groups for i in members) == [0, 1, 2, 3]
+    by_member = {i: (prefix, members) for prefix, members in groups for i in members}
+    prefix, members = by_member[0]
+    assert sorted(members) == [0, 1, 2]
+    assert prefix == 700  # instructions and source A: computed once for three prompts
+    # Source B shares only the instructions: 100 tokens saved would cost 3 * 600 of padding.
+    assert by_member[3] == (0, [3])
 
 
-def test_output_is_read_up_to_the_end_token():
-    eos = {2}
-    assert read_output([10, 11, 2, 2, 2], eos, max_new_tokens=8) == (2, 3, "stop")
-    assert read_output([10, 11, 12, 13], eos, max_new_tokens=4) == (4, 4, "length")
-    assert read_output([10, 2], {2, 7}, max_new_tokens=2) == (1, 2, "stop")
-    assert read_output([10], eos, max_new_tokens=4) == (1, 1, "stop")
+def test_a_group_leaves_a_token_to_compute_and_respects_the_memory_bound():
+    same = [1] * 50
+    ((prefix, members),) = prefill_groups([same, same], [0, 1], max_tokens=8192)
+    assert members == [0, 1] and prefix == 49  # the last token's logits start the reply
+    groups = prefill_groups([same + [2] * 30, same + [3] * 30], [0, 1], max_tokens=40)
+    assert [m for _, m in groups] == [[0], [1]]  # 2 * 31 tokens would exceed 40
+
+
+class FakeGuide:
+    def __init__(self) -> None:
+        self.advanced: list[int] = []
+
+    def advance(self, token: int, return_tokens: bool = False) -> None:
+        self.advanced.append(token)
+
+
+def test_a_slot_stops_at_an_end_token_which_counts_as_output_but_not_text():
+    slot = Slot(at=0, max_tokens=8, guide=FakeGuide(), position=5)
+    for token in (10, 11, 2):
+        slot.take(token, eos_ids={2})
+    assert slot.finish == "stop"
+    assert slot.tokens == [10, 11, 2] and slot.text_tokens == [10, 11]
+    assert slot.guide.advanced == [10, 11]
+
+
+def test_a_slot_that_reaches_max_tokens_is_cut():
+    slot = Slot(at=0, max_tokens=2, guide=FakeGuide(), position=5)
+    slot.take(10, eos_ids={2})
+    assert slot.finish is None
+    slot.take(11, eos_ids={2})
+    assert slot.finish == "length" and slot.text_tokens == [10, 11]
+
+
+def _cache(rows: int, length: int, value: float):
+    import torch
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer in range(2):
+        kv = torch.full((rows, 1, length, 4), value)
+        cache.update(kv, kv.clone(), layer)
+    return cache
+
+
+def test_rows_join_left_padded_and_leave_with_their_padding_cut():
+    import torch
+
+    batch = KVBatch()
+    old = [Slot(at=i, max_tokens=9, guide=FakeGuide(), position=3) for i in range(2)]
+    batch.join(old, _cache(2, 3, 1.0), torch.ones(2, 3, dtype=torch.long))
+    new = [Slot(at=2, max_tokens=9, guide=FakeGuide(), position=5)]
+    batch.join(new, _cache(1, 5, 2.0), torch.ones(1, 5, dtype=torch.long))
+    assert len(batch) == 3
+    assert batch.mask.tolist() == [[0, 0, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+    for layer in batch.cache.layers:
+        assert layer.keys.shape == (3, 1, 5, 4)
+        assert layer.keys[0, 0, :2].abs().sum() == 0  # padding is zeros, masked anyway
+        assert torch.all(layer.values[2] == 2.0)
+
+    new[0].finish = "stop"
+    assert batch.drop_finished() == new
+    assert batch.mask.tolist() == [[1, 1, 1], [1, 1, 1]]  # all-padding columns are cut
+    assert all(layer.keys.shape == (2, 1, 3, 4) for layer in batch.cache.layers)
+    for slot in old:
+        slot.finish = "length"
+    assert batch.drop_finished() == old and len(batch) == 0
 
 
 def test_options_are_checked_before_loading_anything():
@@ -146,6 +210,26 @@ def test_context_recall_end_to_end(engine):
     assert result.error is None, result.error
     assert 0.0 <= result.score <= 1.0
     assert result.usage.prompt_tokens > 0 and result.usage.output_tokens > 0
+
+
+@pytest.mark.slow
+def test_continuous_batching_gives_the_replies_of_one_request_at_a_time(engine):
+    # batch_size 2 for 5 requests: rows join and leave mid-flight, prompts of one source
+    # share a prefix, and schemas mix in one batch. Greedy decoding must not notice.
+    small = TransformersEngine(engine.model_path, batch_size=2)
+    requests = [
+        alignment_request(SOURCE, SUMMARY),
+        questions_request(SOURCE, 2),
+        alignment_request(SOURCE, "The bridge opened in 1950."),
+        claims_request(ANSWER),
+        questions_request(SOURCE, 3),
+    ]
+    requests = [JudgeRequest(r.tag, r.messages, r.schema, 120) for r in requests]
+    together = small.generate(requests)
+    alone = [small.generate([r])[0] for r in requests]
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert [r.output_tokens for r in together] == [r.output_tokens for r in alone]
+    assert [r.finish_reason for r in together] == [r.finish_reason for r in alone]
 
 
 @pytest.mark.slow

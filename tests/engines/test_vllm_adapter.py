@@ -12,6 +12,7 @@ import subprocess
 import sys
 import types
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -166,6 +167,12 @@ class FakeLLM:
         self.model = model
         self.options = options
         self.calls: list[tuple[list[Any], list[Any], dict[str, Any]]] = []
+        self.llm_engine = SimpleNamespace(
+            model_config=SimpleNamespace(max_model_len=options.get("max_model_len") or 4096)
+        )
+
+    def get_tokenizer(self) -> Any:
+        return SimpleNamespace(encode=lambda text, add_special_tokens: text.split())
 
     def chat(self, conversations, sampling_params, **kwargs):
         self.calls.append((conversations, sampling_params, kwargs))
@@ -234,6 +241,13 @@ def test_engine_options_reach_llm(fake_vllm):
     assert llm.options["swap_space"] == 1
     assert engine.name == "vllm"
     assert os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == str(REGEX_COMPILATION_TIMEOUT_S)
+
+
+def test_it_offers_the_context_length_check(fake_vllm):
+    # rows.ContextCheck names a too-long field when an engine has these two.
+    engine = VLLMEngine("/models/judge", max_model_len=2048)
+    assert engine.max_model_len == 2048  # read back from vLLM's model config
+    assert engine.count_tokens("three short words") == 3  # the fake tokenizer splits words
 
 
 def test_a_set_regex_timeout_is_kept(fake_vllm, monkeypatch):
