@@ -182,10 +182,12 @@ def attribution_schema(n_passages: int) -> type[Attribution]:
 def budget(items: int, chars_per_item: int) -> int:
     """`max_tokens` for a reply of `items` objects of at most `chars_per_item` characters.
 
-    One token per 2 characters is a worst case for English and about right for Chinese,
-    Japanese and Korean under the default model's tokenizer; 16 tokens per item cover JSON
-    punctuation and the keys, and 32 the envelope. A cut reply is retried once at twice this.
-    Measured on the default model (docs/SCHEMAS.md), whose replies often fill every item and
-    every string to its bound: the longest reply used 72% of its budget, none was cut.
+    One token per 2 characters covers English words and about covers Chinese, Japanese and
+    Korean under the default model's tokenizer; 16 tokens per item cover JSON punctuation and
+    the keys, and 32 the envelope. It is not a hard bound: the default model's tokenizer
+    writes digits one token each, so a reply that fills its strings with digits needs up to
+    twice this, which the runner's one retry at twice the budget covers. Measured on the
+    default model (docs/SCHEMAS.md): on 16 dev rows the longest reply used 72 % of its budget;
+    on one FRANK article it wrote dates and times into every string and was cut.
     """
     return 32 + items * (16 + chars_per_item // 2)

@@ -230,6 +230,9 @@ def test_continuous_batching_gives_the_replies_of_one_request_at_a_time(engine):
     assert [r.text for r in together] == [r.text for r in alone]
     assert [r.output_tokens for r in together] == [r.output_tokens for r in alone]
     assert [r.finish_reason for r in together] == [r.finish_reason for r in alone]
+    # The shared instructions and source were computed once, and the replies say so.
+    assert sum(r.cached_tokens for r in together) > 0
+    assert all(r.cached_tokens == 0 for r in alone)
 
 
 @pytest.mark.slow

@@ -125,6 +125,8 @@ class Slot:
     """The outlines-core `Guide` of the request's schema: the tokens allowed next."""
     position: int
     """Position id of the next token fed to the model (= real tokens in the cache)."""
+    cached: int = 0
+    """Prompt tokens not computed for this request: a prefix shared with an earlier one."""
     tokens: list[int] = field(default_factory=list)
     """Generated ids, the end token included (it counts as output, as in vLLM)."""
     finish: str | None = None
@@ -337,6 +339,7 @@ class TransformersEngine:
                 self.tokenizer.decode(slot.text_tokens, skip_special_tokens=False),
                 prompt_tokens=len(encoded[i]),
                 output_tokens=len(slot.tokens),
+                cached_tokens=slot.cached,
                 finish_reason=slot.finish or "length",
             )
         return cast(list[JudgeReply], replies)
@@ -411,8 +414,9 @@ class TransformersEngine:
                 max_tokens=requests[i].max_tokens,
                 guide=Guide(self.index(requests[i].schema)),
                 position=len(encoded[i]),
+                cached=prefix if n else 0,  # the first member paid for the prefix
             )
-            for i in group
+            for n, i in enumerate(group)
         ]
         self._choose(slots, out.logits[:, -1, :])
         batch.join(slots, out[self._cache_arg], mask)

@@ -141,8 +141,10 @@ def questions_request(source: str, max_questions: int) -> JudgeRequest:
 
 def coverage_request(summary: str, questions: list[str], max_questions: int) -> JudgeRequest:
     """The questions answered from the summary alone: the source is not in this prompt."""
+    # Questions before the summary: the coverage prompts of one source's summaries then share
+    # a prefix, which engines with prefix caching compute once.
     listed = fence("questions", numbered(questions))
-    user = f"{fence('summary', summary)}\n\n{listed}\n\n{COVERAGE_TASK}"
+    user = f"{listed}\n\n{fence('summary', summary)}\n\n{COVERAGE_TASK}"
     return JudgeRequest(
         tag="summarization.coverage",
         messages=judge_chat(user),
