@@ -13,8 +13,11 @@ The file's fields say which comparison applies (shared/data/README.md describes 
                                           label_attributed
 
 Every metric comes with a bootstrap 95 % interval (rows resampled, 1,000 draws, seed 1234).
-Rows whose scoring failed are counted as invalid and left out of the metrics: the count is
-reported, and it must be 0.
+Rows whose scoring failed are left out of the metrics and counted: `too_long` when the row's
+prompt does not fit the judge model's context (the engine refused it before generating; a
+longer-context judge scores it), `invalid` for every other failure (a reply that does not
+match its schema, or is still cut after the retry). `invalid` must be 0: the exit status is 1
+otherwise.
 
     .venv/bin/python scripts/agreement.py ../shared/data/frank_dev.jsonl --limit 40
     .venv/bin/python scripts/agreement.py ../shared/data/attribution_dev.jsonl --limit 40 \
@@ -140,9 +143,26 @@ def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, m
     return scorer.run_batch(runs)
 
 
+TOO_LONG = (
+    "exceeds max_model_len",  # the transformers engine
+    "maximum context length",  # vLLM's rejection
+    "too long for the judge model's context",  # the CLI's check (evalgpu.rows)
+)
+
+
+def too_long(error: str) -> bool:
+    """Whether a row failed because its prompt does not fit the judge model's context."""
+    return any(marker in error for marker in TOO_LONG)
+
+
 def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
     ok = [(r, s) for r, s in zip(records, results, strict=True) if s.error is None]
-    out: dict[str, Any] = {"rows": len(records), "invalid": len(records) - len(ok)}
+    long = sum(s.error is not None and too_long(s.error) for s in results)
+    out: dict[str, Any] = {
+        "rows": len(records),
+        "invalid": len(records) - len(ok) - long,
+        "too_long": long,
+    }
     if len(ok) < 2:
         return out
 
@@ -218,12 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     out.update(
         {"file": str(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
     )
-    errors = [r.error for r in results if r.error]
-    if errors:
-        print(f"{len(errors)} invalid rows, first: {errors[0]}", file=sys.stderr)
+    for label, errors in (
+        ("too long for the judge", [r.error for r in results if r.error and too_long(r.error)]),
+        ("invalid", [r.error for r in results if r.error and not too_long(r.error)]),
+    ):
+        if errors:
+            print(f"{len(errors)} rows {label}, first: {errors[0]}", file=sys.stderr)
 
     print(
-        f"| {args.data.name} ({kind}, {out['rows']} rows, {out['invalid']} invalid) "
+        f"| {args.data.name} ({kind}, {out['rows']} rows, {out['invalid']} invalid, "
+        f"{out['too_long']} too long) "
         "| value | 95 % CI |"
     )
     print("|---|---:|---|")

@@ -59,6 +59,27 @@ def test_agreement_dry_run_writes_json(tmp_path, monkeypatch):
     assert result["roc_auc(score)"]["value"] == 1.0
 
 
+def test_agreement_counts_rows_too_long_for_the_judge_apart_from_invalid_replies():
+    from types import SimpleNamespace
+
+    records = [{"ground_truth": "g", "context": ["c"], "label_attributed": i % 2} for i in range(5)]
+    results = [
+        SimpleNamespace(error=None, score=1.0),
+        SimpleNamespace(error=None, score=0.0),
+        SimpleNamespace(
+            error="context_recall.attribution: prompt of 8148 tokens + max_tokens=1812 "
+            "exceeds max_model_len=8192",
+            score=None,
+        ),
+        SimpleNamespace(
+            error="context: 9,000 tokens, too long for the judge model's context", score=None
+        ),
+        SimpleNamespace(error="context_recall.claims: reply does not match the schema", score=None),
+    ]
+    out = agreement.metrics(records, results, "attribution", 1.0)
+    assert (out["rows"], out["too_long"], out["invalid"]) == (5, 2, 1)
+
+
 def test_bench_dry_run_counts_generate_calls(tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(ROOT / "tests"))
     data = tmp_path / "frank.jsonl"
