@@ -15,6 +15,9 @@ writes the numbers as JSON.
     .venv/bin/python scripts/bench.py --rows 64 --max-questions 10 --json docs/bench.json
     # GPU, 7-8 B judge (see docs/BENCHMARKS.md):
     python scripts/bench.py --backend vllm --model /models/qwen2.5-7b-instruct --rows 2000
+    # vLLM's CPU build, default model (VLLM_CPU_KVCACHE_SPACE=2 in the environment):
+    .venv-vllm/bin/python scripts/bench.py --quick --backend vllm \
+        --engine-option dtype=float32 --engine-option enforce_eager=true
 """
 
 from __future__ import annotations
@@ -87,6 +90,20 @@ def load_rows(path: Path, n: int, docs: int | None, first_doc: int = 0) -> list[
     return [{"input": r["source"], "output": r["summary"]} for r in rows[:n]]
 
 
+def engine_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs as keyword arguments; a VALUE that parses as JSON is taken as such."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bench: --engine-option wants KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
 def measure(label: str, meter: Meter, seconds: float, rows: int) -> dict[str, Any]:
     return {
         "mode": label,
@@ -116,6 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backend", default="auto", help="auto | vllm | transformers | module:factory"
     )
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to load_engine (VALUE read as JSON when it parses): dtype=float32, "
+        "enforce_eager=true, max_model_len=4096, batch_size=32",
+    )
     parser.add_argument("--rows", type=int, default=24)
     parser.add_argument(
         "--docs", type=int, default=None, help="take the rows from this many documents"
@@ -135,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         args.rows, args.docs, args.first_doc, args.max_questions = 5, 1, 1, 3
 
     rows = load_rows(args.data, args.rows, args.docs, args.first_doc)
-    engine = load_engine(args.model, backend=args.backend)
+    engine = load_engine(args.model, backend=args.backend, **engine_options(args.engine_option))
     print(
         f"# {len(rows)} rows, max_questions={args.max_questions}, engine={engine.name}",
         file=sys.stderr,
