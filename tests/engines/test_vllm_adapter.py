@@ -171,6 +171,10 @@ class FakeLLM:
             model_config=SimpleNamespace(max_model_len=options.get("max_model_len") or 4096)
         )
 
+    def reset_prefix_cache(self) -> bool:
+        self.resets = getattr(self, "resets", 0) + 1
+        return True
+
     def get_tokenizer(self) -> Any:
         return SimpleNamespace(encode=lambda text, add_special_tokens: text.split())
 
@@ -248,6 +252,12 @@ def test_it_offers_the_context_length_check(fake_vllm):
     engine = VLLMEngine("/models/judge", max_model_len=2048)
     assert engine.max_model_len == 2048  # read back from vLLM's model config
     assert engine.count_tokens("three short words") == 3  # the fake tokenizer splits words
+
+
+def test_its_prefix_cache_can_be_reset(fake_vllm):
+    engine = VLLMEngine("/models/judge")
+    engine.reset_prefix_cache()
+    assert engine.llm.resets == 1
 
 
 def test_a_set_regex_timeout_is_kept(fake_vllm, monkeypatch):

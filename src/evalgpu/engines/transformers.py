@@ -168,6 +168,7 @@ class KVBatch:
         return len(self.slots)
 
     def join(self, slots: list[Slot], cache: Any, mask: Any) -> None:
+        """Add prefilled rows: their cache and mask, left-padded with ours to one length."""
         import torch
 
         if self.cache is None:

@@ -276,6 +276,10 @@ class VLLMEngine:
             for request, output in zip(requests, outputs, strict=True)
         ]
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prompt prefix (benchmarks: each mode starts cold)."""
+        self.llm.reset_prefix_cache()
+
     def close(self) -> None:
         """Shut down vLLM's engine processes now instead of at interpreter exit.
 
