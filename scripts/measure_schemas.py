@@ -145,8 +145,6 @@ def cmd_compile(args: argparse.Namespace) -> None:
     from outlines_core.json_schema import build_regex_from_schema
     from transformers import AutoTokenizer
 
-    from evalgpu.engines.transformers import decoding_schema
-
     tokenizer = TransformerTokenizer(AutoTokenizer.from_pretrained(args.model))
     vocabulary = OutlinesCoreBackend.create_outlines_core_vocabulary(
         tokenizer.get_vocab(),
@@ -158,7 +156,7 @@ def cmd_compile(args: argparse.Namespace) -> None:
     for bounds in args.bounds:
         with use_bounds(bounds):
             for request in step_requests(rows, max_questions=args.max_questions):
-                regex = build_regex_from_schema(decoding_schema(request.schema))
+                regex = build_regex_from_schema(json.dumps(request.schema.model_json_schema()))
                 before = rss_mb()
                 started = time.monotonic()
                 index = Index(regex, vocabulary)
