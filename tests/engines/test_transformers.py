@@ -81,7 +81,7 @@ class FakeGuide:
 
 
 def test_a_slot_stops_at_an_end_token_which_counts_as_output_but_not_text():
-    slot = Slot(at=0, max_tokens=8, guide=FakeGuide(), position=5)
+    slot = Slot(at=0, max_tokens=8, guide=FakeGuide(), prompt_tokens=5)
     for token in (10, 11, 2):
         slot.take(token, eos_ids={2})
     assert slot.finish == "stop"
@@ -90,9 +90,10 @@ def test_a_slot_stops_at_an_end_token_which_counts_as_output_but_not_text():
 
 
 def test_a_slot_that_reaches_max_tokens_is_cut():
-    slot = Slot(at=0, max_tokens=2, guide=FakeGuide(), position=5)
+    slot = Slot(at=0, max_tokens=2, guide=FakeGuide(), prompt_tokens=5)
     slot.take(10, eos_ids={2})
     assert slot.finish is None
+    assert slot.position == 5  # the first reply token sits right after the 5 prompt tokens
     slot.take(11, eos_ids={2})
     assert slot.finish == "length" and slot.text_tokens == [10, 11]
 
@@ -112,9 +113,9 @@ def test_rows_join_left_padded_and_leave_with_their_padding_cut():
     import torch
 
     batch = KVBatch()
-    old = [Slot(at=i, max_tokens=9, guide=FakeGuide(), position=3) for i in range(2)]
+    old = [Slot(at=i, max_tokens=9, guide=FakeGuide(), prompt_tokens=3) for i in range(2)]
     batch.join(old, _cache(2, 3, 1.0), torch.ones(2, 3, dtype=torch.long))
-    new = [Slot(at=2, max_tokens=9, guide=FakeGuide(), position=5)]
+    new = [Slot(at=2, max_tokens=9, guide=FakeGuide(), prompt_tokens=5)]
     batch.join(new, _cache(1, 5, 2.0), torch.ones(1, 5, dtype=torch.long))
     assert len(batch) == 3
     assert batch.mask.tolist() == [[0, 0, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]

@@ -123,8 +123,7 @@ class Slot:
     max_tokens: int
     guide: Any
     """The outlines-core `Guide` of the request's schema: the tokens allowed next."""
-    position: int
-    """Position id of the next token fed to the model (= real tokens in the cache)."""
+    prompt_tokens: int
     cached: int = 0
     """Prompt tokens not computed for this request: a prefix shared with an earlier one."""
     tokens: list[int] = field(default_factory=list)
@@ -141,6 +140,11 @@ class Slot:
         self.guide.advance(token, return_tokens=False)
         if len(self.tokens) >= self.max_tokens:
             self.finish = "length"
+
+    @property
+    def position(self) -> int:
+        """Position id of the last chosen token, the one the next step feeds the model."""
+        return self.prompt_tokens + len(self.tokens) - 1
 
     @property
     def text_tokens(self) -> list[int]:
@@ -338,7 +342,7 @@ class TransformersEngine:
             replies[i] = reply_from_text(
                 requests[i],
                 self.tokenizer.decode(slot.text_tokens, skip_special_tokens=False),
-                prompt_tokens=len(encoded[i]),
+                prompt_tokens=slot.prompt_tokens,
                 output_tokens=len(slot.tokens),
                 cached_tokens=slot.cached,
                 finish_reason=slot.finish or "length",
@@ -414,7 +418,7 @@ class TransformersEngine:
                 at=i,
                 max_tokens=requests[i].max_tokens,
                 guide=Guide(self.index(requests[i].schema)),
-                position=len(encoded[i]),
+                prompt_tokens=len(encoded[i]),
                 cached=prefix if n else 0,  # the first member paid for the prefix
             )
             for n, i in enumerate(group)
@@ -438,8 +442,6 @@ class TransformersEngine:
             **{self._cache_arg: batch.cache},
         )
         batch.cache = out[self._cache_arg]
-        for s in slots:
-            s.position += 1
         self._choose(slots, out.logits[:, -1, :])
 
     def _choose(self, slots: list[Slot], logits: Any) -> None:
