@@ -2,7 +2,7 @@
 
 Generates JSON Lines files of N rows (distinct sources, summaries, ground truths, contexts),
 scores each with both scorers through the real CLI in a subprocess, on the scripted engine
-(`tests/cli_engines.py:unrecorded`, rule-based, no model, keeps no record of its calls), and
+(`--backend scripted`, rule-based, no model; loaded so that it keeps no record of its calls), and
 samples the subprocess's resident memory every 0.2 s. Then runs the same command again, which
 finds every row done (resume). Prints a markdown table (rows, file size, wall time, rows/s,
 peak RSS, RSS at 25/50/75/95 % of the run, the re-run's time and peak) and writes it as JSON.
@@ -81,7 +81,7 @@ def rss_kib(pid: int) -> int | None:
 
 def measure(data: Path, out: Path, chunk_size: int) -> dict[str, Any]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT / "src")])
+    env["PYTHONPATH"] = str(ROOT / "src")
     argv = [
         sys.executable,
         "-m",
@@ -97,7 +97,7 @@ def measure(data: Path, out: Path, chunk_size: int) -> dict[str, Any]:
         "--chunk-size",
         str(chunk_size),
         "--backend",
-        "cli_engines:unrecorded",
+        "scripted",
         "--progress",
         "off",
     ]

@@ -1,9 +1,9 @@
 """Engine factories for driving the CLI with `--backend cli_engines:<factory>` (no model).
 
 `load_engine(model, backend="module:factory")` calls `factory(model, **options)`; these wrap
-the rule-based `ScriptedEngine` with what a CLI test needs: a token count and a context
-limit, a slow judge (for kill -9 at a random moment), a judge that fails while an environment
-variable is set, or one that keeps no record of its calls (for memory benchmarks).
+the shipped `ScriptedEngine` with what a CLI test needs: a token count and a context limit, a
+slow judge (for kill -9 at a random moment), or a judge that fails while an environment
+variable is set. (They also show users how to bring their own engine.)
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalgpu.engines.base import JudgeReply, JudgeRequest
-
-from fakes import ScriptedEngine
+from evalgpu.engines.scripted import ScriptedEngine
 
 
 class LimitedEngine(ScriptedEngine):
@@ -42,17 +41,6 @@ class FlakyEngine(ScriptedEngine):
         if os.environ.get("EVALGPU_TEST_BROKEN"):
             raise RuntimeError("the device fell over")
         return super().generate(requests)
-
-
-class UnrecordedEngine(ScriptedEngine):
-    """A scripted judge that keeps no record of its calls (for memory benchmarks)."""
-
-    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
-        return [self._reply(r) for r in requests]
-
-
-def unrecorded(model: Any = None, **options: Any) -> UnrecordedEngine:
-    return UnrecordedEngine(model, **options)
 
 
 def limited(model: Any = None, **options: Any) -> LimitedEngine:

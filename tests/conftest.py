@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fakes import ScriptedEngine
+from evalgpu.engines.scripted import ScriptedEngine
 
 
 @pytest.fixture

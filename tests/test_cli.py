@@ -25,7 +25,7 @@ from evalgpu.sweep import RunSettings, open_sweep
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-SCRIPTED = ["--backend", "fakes:ScriptedEngine"]
+SCRIPTED = ["--backend", "scripted"]
 
 COMPANY = (
     "The company was founded in 1995 by John Smith. It started with 10 employees and grew to "
@@ -149,7 +149,7 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
         ),
         (
             ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--backend", "tpu"],
-            "backend must be auto, vllm, transformers or module:factory, got 'tpu'",
+            "backend must be auto, vllm, transformers, scripted or module:factory, got 'tpu'",
         ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
         (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),
@@ -593,9 +593,7 @@ def test_a_folder_in_use_is_refused(capsys: pytest.CaptureFixture[str], tmp_path
     data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
     out = tmp_path / "out"
     with open_sweep(
-        RunSettings(
-            data=(data,), scorers=("summarization",), out=out, backend="fakes:ScriptedEngine"
-        )
+        RunSettings(data=(data,), scorers=("summarization",), out=out, backend="scripted")
     ):
         code, _, err = run_cli(
             capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED

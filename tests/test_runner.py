@@ -3,9 +3,8 @@
 import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer, run_evals
+from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.runner import Runner
-
-from fakes import ScriptedEngine
 
 SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
 

@@ -52,7 +52,7 @@ def test_agreement_dry_run_writes_json(tmp_path, monkeypatch):
     ]
     data.write_text("\n".join(json.dumps(r) for r in rows))
     out = tmp_path / "out.json"
-    code = agreement.main([str(data), "--backend", "fakes:ScriptedEngine", "--json", str(out)])
+    code = agreement.main([str(data), "--backend", "scripted", "--json", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
     assert result["invalid"] == 0 and result["kind"] == "attribution"
@@ -96,7 +96,7 @@ def test_bench_dry_run_counts_generate_calls(tmp_path, monkeypatch, capsys):
             "--rows",
             "3",
             "--backend",
-            "fakes:ScriptedEngine",
+            "scripted",
             "--json",
             str(out),
         ]

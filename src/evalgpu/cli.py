@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from evalgpu.engines import BACKENDS
 from evalgpu.sweep import SCORERS, ConfigError, Progress, RunSettings, open_sweep
 
 __all__ = ["main"]
@@ -92,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--backend",
         default="auto",
-        help="auto, vllm, transformers, or module:factory for your own engine (default: auto)",
+        help="auto, vllm, transformers, scripted (rules, no model: to test a pipeline), or "
+        "module:factory for your own engine (default: auto)",
     )
     run.add_argument(
         "--max-questions",
@@ -178,9 +180,9 @@ def _settings(args: argparse.Namespace) -> RunSettings:
             raise ValueError(f"--map takes FIELD=COLUMN, got {item!r}")
         mapping[key.strip()] = column.strip()
     backend = args.backend
-    if backend not in ("auto", "vllm", "transformers") and ":" not in backend:
+    if backend not in BACKENDS and ":" not in backend:
         raise ValueError(
-            f"backend must be auto, vllm, transformers or module:factory, got {backend!r}"
+            f"backend must be {', '.join(BACKENDS)} or module:factory, got {backend!r}"
         )
     return RunSettings(
         data=tuple(Path(p) for p in args.data),

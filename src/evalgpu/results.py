@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, Field
 
-__all__ = ["InputError", "ScoreResult", "Usage"]
+from evalgpu.engines.base import JudgeRequest
+
+__all__ = ["InputError", "ScoreResult", "Steps", "Usage"]
 
 RESULT_VERSION = 1
 
@@ -69,3 +72,8 @@ class ScoreResult(BaseModel):
     error: str | None = None
     usage: Usage = Field(default_factory=Usage)
     version: int = RESULT_VERSION
+
+
+Steps = Generator[list[JudgeRequest], list[BaseModel], ScoreResult]
+"""A row's pipeline: yields the judge requests it needs next, is sent their parsed replies in
+the same order, and returns its `ScoreResult`. Scorers write them; the runner drives them."""

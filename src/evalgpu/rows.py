@@ -27,8 +27,7 @@ from evalgpu.messages import (
     is_agent_run,
     last_assistant_text,
 )
-from evalgpu.results import InputError
-from evalgpu.runner import Steps
+from evalgpu.results import InputError, Steps
 from evalgpu.scorers._scorer import Scorer
 
 __all__ = ["FIELDS", "ContextCheck", "RowSteps", "row_id"]

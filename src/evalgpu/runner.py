@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
 
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
-from evalgpu.results import InputError, ScoreResult, Usage
+from evalgpu.results import InputError, ScoreResult, Steps, Usage
 
-__all__ = ["Runner", "Steps", "run_evals"]
-
-Steps = Generator[list[JudgeRequest], list[BaseModel], ScoreResult]
-"""A row's pipeline: yields requests, is sent their parsed replies, returns its result."""
+__all__ = ["Runner", "WaveStats", "run_evals"]
 
 _Key = tuple[str, type, int, str]
 

@@ -28,9 +28,9 @@ from typing import Any
 from evalgpu.data import FileInfo, RowError, file_format, inspect_file, read_rows
 from evalgpu.engines.base import Engine
 from evalgpu.report import Aggregator, scan_results
-from evalgpu.results import RESULT_VERSION, InputError, ScoreResult
+from evalgpu.results import RESULT_VERSION, InputError, ScoreResult, Steps
 from evalgpu.rows import FIELDS, RowSteps, row_id
-from evalgpu.runner import Runner, Steps, WaveStats
+from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.scorers._scorer import Scorer
 

@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from evalgpu.engines import Engine
-
-from fakes import ScriptedEngine
+from evalgpu.engines.scripted import ScriptedEngine
 
 
 def scripted() -> Engine:

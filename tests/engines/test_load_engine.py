@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 import evalgpu.engines as engines
+from evalgpu import create_summarization_scorer
 from evalgpu.engines import load_engine
 
 
@@ -40,7 +41,7 @@ def fake_backends(tmp_path, monkeypatch):
 def test_an_unknown_backend_lists_the_accepted_ones():
     with pytest.raises(
         ValueError,
-        match=r"backend must be one of auto, vllm, transformers or "
+        match=r"backend must be one of auto, vllm, transformers, scripted or "
         r"'package.module:factory', got 'tpu'",
     ):
         load_engine("anything", backend="tpu")
@@ -80,3 +81,11 @@ def test_auto_picks_transformers_without_vllm_and_cuda(fake_backends, monkeypatc
 def test_missing_weights_fail_before_any_engine_is_built(fake_backends):
     with pytest.raises(FileNotFoundError, match=r"no weights in .*mistral-7b-instruct/"):
         load_engine("mistral-7b-instruct", backend="transformers")
+
+
+def test_the_scripted_backend_ships_and_needs_no_model():
+    engine = load_engine("no-such-model", backend="scripted")
+    assert engine.name == "scripted"
+    scorer = create_summarization_scorer(engine)
+    result = scorer.run(input="Ada wrote the program.", output="Ada wrote the program.")
+    assert result.error is None and result.score == 1.0

@@ -5,8 +5,7 @@ import re
 import pytest
 
 from evalgpu import create_context_recall_scorer
-
-from fakes import ScriptedEngine
+from evalgpu.engines.scripted import ScriptedEngine
 
 EINSTEIN = "Einstein was born in 1879. Einstein developed relativity. Einstein won the Nobel Prize."
 CONTEXT = [

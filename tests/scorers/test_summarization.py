@@ -7,9 +7,8 @@ import re
 import pytest
 
 from evalgpu import JudgeReply, create_summarization_scorer
+from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.verdicts import Alignment, coverage_schema, questions_schema
-
-from fakes import ScriptedEngine
 
 SOURCE = (
     "The company was founded in 1995 by John Smith. It started with 10 employees and grew "
@@ -309,7 +308,7 @@ def fail_for(marker: str, reply):
     def override(request):
         if marker in request.messages[-1]["content"]:
             return reply(request)
-        from fakes import answer
+        from evalgpu.engines.scripted import answer
 
         return answer(request)
 

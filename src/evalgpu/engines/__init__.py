@@ -11,8 +11,8 @@ from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 
 __all__ = ["BACKENDS", "Engine", "JudgeReply", "JudgeRequest", "load_engine"]
 
-BACKENDS = ("auto", "vllm", "transformers")
-"""Built-in backends; "package.module:factory" names your own."""
+BACKENDS = ("auto", "vllm", "transformers", "scripted")
+"""Built-in backends ("scripted": rules, no model); "package.module:factory" names your own."""
 
 _ENGINES: dict[tuple[str, str, str], Engine] = {}
 """Engines loaded in this process, by (model folder, backend, options): a model loads once."""
@@ -24,8 +24,10 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
     Args:
         model: a model folder, a preset name from `models/`, or None for the default model.
         backend: "auto" (vLLM when importable and a CUDA device is present, else
-            transformers), "vllm", "transformers", or "package.module:factory" to bring your
-            own engine: the factory is called as `factory(model, **options)`.
+            transformers), "vllm", "transformers", "scripted" (deterministic rules and no
+            model, for testing a pipeline: `evalgpu.engines.scripted`), or
+            "package.module:factory" to bring your own engine: the factory is called as
+            `factory(model, **options)`.
         **options: passed to the engine, over the preset's options (dtype, max_model_len,
             chat_template_kwargs, ...) when `model` names a preset or its folder.
 
@@ -54,6 +56,10 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
             f"backend must be one of {', '.join(BACKENDS)} or 'package.module:factory', "
             f"got {backend!r}"
         )
+    if backend == "scripted":
+        from evalgpu.engines.scripted import ScriptedEngine
+
+        return ScriptedEngine(model, **{"record": False, **options})
     from evalgpu.models import preset_for, resolve_model
 
     path = resolve_model(model)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalgpu.engines.base import Engine
-from evalgpu.results import InputError, ScoreResult
-from evalgpu.runner import Runner, Steps
+from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.runner import Runner
 
 __all__ = ["Scorer", "resolve_engine"]
 

@@ -14,8 +14,7 @@ from typing import Any, Literal
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import is_agent_run
 from evalgpu.prompting import fence, judge_chat, numbered
-from evalgpu.results import InputError, ScoreResult
-from evalgpu.runner import Steps
+from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.scorers._scorer import Scorer, resolve_engine
 from evalgpu.verdicts import (
     CLAIM_CHARS,

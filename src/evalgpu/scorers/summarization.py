@@ -15,8 +15,7 @@ from typing import Any, Literal
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
 from evalgpu.prompting import fence, judge_chat, numbered
-from evalgpu.results import InputError, ScoreResult
-from evalgpu.runner import Steps
+from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.scorers._scorer import Scorer, resolve_engine
 from evalgpu.verdicts import (
     CLAIM_CHARS,

@@ -1,7 +1,9 @@
-"""A scripted judge that answers from the prompt text, for tests that need no model.
+"""The scripted engine: a deterministic judge without a model (`backend="scripted"`).
 
-Like inspect's `mockllm` and httpx's `MockTransport`: deterministic rules stand in for the
-judge, and tests can override any step by tag. The rules:
+For users who test their own pipelines (file formats, column maps, resume, report) without a
+model, and for evalgpu's own tests and benchmarks: like inspect's `mockllm` and httpx's
+`MockTransport`, rules stand in for the judge, and any step can be overridden by tag. Its
+scores mean nothing about quality; they are repeatable. The rules:
 
 - claims / alignment claims are the sentences of the text being judged;
 - a claim is supported (attributed) when every content word of it occurs in the source (in one
@@ -21,6 +23,8 @@ from typing import Any
 
 from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
+
+__all__ = ["ScriptedEngine", "answer"]
 
 STOP = {
     "the",
@@ -146,24 +150,38 @@ class ScriptedEngine:
     Args:
         overrides: tag -> function of the request returning a dict (sent as JSON), raw text,
             or a whole `JudgeReply`.
-        model: ignored (so that `load_engine(model, backend="fakes:ScriptedEngine")` works).
+        model: ignored (so that `load_engine(model, backend="scripted")` works with any model).
+        record: keep every request in `calls` (tests read them); a long sweep turns it off,
+            so that memory stays flat (`load_engine` does).
     """
 
     name = "scripted"
 
-    def __init__(self, model: Any = None, overrides: dict[str, Override] | None = None, **_: Any):
+    def __init__(
+        self,
+        model: Any = None,
+        overrides: dict[str, Override] | None = None,
+        *,
+        record: bool = True,
+        **_: Any,
+    ) -> None:
         self.overrides = dict(overrides or {})
+        self.record = record
         self.calls: list[list[JudgeRequest]] = []
 
     @property
     def requests(self) -> list[JudgeRequest]:
+        """Every request received, in order."""
         return [r for call in self.calls for r in call]
 
     def by_tag(self, tag: str) -> list[JudgeRequest]:
+        """The requests received for one step."""
         return [r for r in self.requests if r.tag == tag]
 
     def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
-        self.calls.append(list(requests))
+        """Answer every request by rule (or by its tag's override), in order."""
+        if self.record:
+            self.calls.append(list(requests))
         return [self._reply(r) for r in requests]
 
     def _reply(self, request: JudgeRequest) -> JudgeReply:
