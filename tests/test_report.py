@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from evalgpu.report import Aggregator, format_report, html_report, scan_results, write_report
+from evalgpu.report import Aggregator, format_report, write_report
+from evalgpu.report_html import html_report
+from evalgpu.storage import scan_results
 
 S = "summarization-scorer"
 C = "context-recall-scorer"

@@ -54,7 +54,7 @@ def test_the_reply_cache_spans_batches(engine):
 
 def test_cache_off_asks_again(engine):
     scorer = create_summarization_scorer(engine)
-    runner = Runner(engine, cache_size=0)
+    runner = Runner(engine, cache=False)
     for _ in range(2):
         runner.run([(scorer.id, scorer.steps(SOURCE, SOURCE))])
     assert len(engine.by_tag("summarization.questions")) == 2
@@ -113,3 +113,30 @@ def test_run_evals_rejects_items_without_input(engine):
     result = out["items"][0]["scorer_results"]["summarization-scorer"]
     assert result.error == "item 1: an item is a dict with an 'input' key"
     assert out["scores"] == {"summarization-scorer": None}
+
+
+def test_two_scorers_on_one_engine_share_its_reply_cache(engine):
+    strict = create_summarization_scorer(engine)
+    doubled = create_summarization_scorer(engine, scale=2.0)
+    strict.run(input=SOURCE, output=SOURCE)
+    doubled.run_batch([{"input": SOURCE, "output": "The company is based in Seattle."}])
+    run_evals([{"input": SOURCE, "output": SOURCE}], [doubled])
+    assert len(engine.by_tag("summarization.questions")) == 1
+    assert len(create_summarization_scorer(ScriptedEngine()).engine.calls) == 0
+
+
+def test_a_call_too_long_for_the_judge_fails_its_row_before_the_engine(engine):
+    class Limited(ScriptedEngine):
+        max_model_len = 4096
+
+        def count_tokens(self, text):
+            return len(text) // 4
+
+    judge = Limited()
+    long = "The company sells boats. " * 800  # 20,000 characters: 5,000 "tokens"
+    results = create_summarization_scorer(judge).run_batch(
+        [{"input": long, "output": "The company sells boats."}, {"input": SOURCE, "output": SOURCE}]
+    )
+    assert results[0].error.startswith("row 1: source: 5,000 tokens, too long for the judge")
+    assert results[1].error is None
+    assert all(long not in r.messages[-1]["content"] for r in judge.requests)

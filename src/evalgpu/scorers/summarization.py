@@ -16,7 +16,7 @@ from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
-from evalgpu.scorers._scorer import Scorer, resolve_engine
+from evalgpu.scorers._scorer import Scorer, callable_name, digest, resolve_engine
 from evalgpu.verdicts import (
     CLAIM_CHARS,
     MAX_CLAIMS,
@@ -113,7 +113,21 @@ def create_summarization_scorer(
         scale=scale,
         reason=reason,
     )
-    return Scorer(SCORER_ID, resolve_engine(model), steps, frozenset({"source"}))
+    options: dict[str, Any] = {"max_questions": max_questions, "scale": float(scale)}
+    if reason != "template":
+        options["reason"] = reason
+    if source is not None:
+        options["source"] = digest(source)
+    if source_extractor is not None:
+        options["source_extractor"] = callable_name(source_extractor)
+    return Scorer(
+        SCORER_ID,
+        resolve_engine(model),
+        steps,
+        per_run_fields=frozenset({"source"}),
+        fallbacks=frozenset({"source"} if source is not None else ()),
+        options=options,
+    )
 
 
 def alignment_request(source: str, summary: str) -> JudgeRequest:
