@@ -641,6 +641,20 @@ def test_several_files_are_named_in_records_and_labels(
     assert "1 row in" in err and len(successes(out)) == 3
 
 
+def test_several_files_resume_whatever_their_paths_are_called(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_jsonl(tmp_path / "a.jsonl", summary_rows(2))
+    write_jsonl(tmp_path / "b.jsonl", summary_rows(2))
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    base = ["--scorer", "summarization", "--out", out, *SCRIPTED]
+    assert run_cli(capsys, "run", "a.jsonl", "b.jsonl", *base, "--limit", "3")[0] == 0
+    code, _, err = run_cli(capsys, "run", tmp_path / "a.jsonl", tmp_path / "b.jsonl", *base)
+    assert code == 0 and "1 row in" in err and "(3 already done)" in err
+    assert {r["file"] for r in records(out)} == {"a.jsonl", "b.jsonl"}  # the folder's names
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(ROOT / "src"), env.get("PYTHONPATH", "")])

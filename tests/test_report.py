@@ -10,7 +10,6 @@ import pytest
 
 from evalgpu.report import Aggregator, format_report, write_report
 from evalgpu.report_html import html_report
-from evalgpu.storage import scan_results
 
 S = "summarization-scorer"
 C = "context-recall-scorer"
@@ -100,17 +99,6 @@ def test_memory_is_bounded_by_rows_not_by_text() -> None:
     assert summary["scored"] == 20_000
     assert len(agg._by[S].scores) == 4  # one count per distinct score, not one per row
     assert all(len(x["reason"]) <= 601 for x in summary["lowest"])
-
-
-def test_scan_results_skips_a_torn_line_and_bad_lines(tmp_path: Path) -> None:
-    path = tmp_path / "results.jsonl"
-    good = json.dumps(rec(1, 0.5)) + "\n"
-    path.write_text(good + "not json\n" + good.replace('"row": 1', '"row": 2') + good[:30])
-    seen: list[dict[str, Any]] = []
-    end, bad = scan_results(path, seen.append)
-    assert [r["row"] for r in seen] == [1, 2]
-    assert bad == 1
-    assert end == path.stat().st_size - 30
 
 
 def test_format_report_table_and_rows() -> None:

@@ -175,42 +175,49 @@ class Ledger:
 class OutputFolder:
     """An output folder opened for appending: locked, its configuration checked or written.
 
+    Open it, then `resume` (read what is done, cut a torn last line), then `append` chunks.
+
     Args:
         out: the folder (created when missing).
         config: this run's configuration, with its `hash` (see `config_hash`).
-        on_record: called with every record already in `results.jsonl`, in order.
         option: how the folder was named to the user, for messages ("--out" or "out").
 
     Raises:
         ConfigError: the folder holds another configuration's results, or another run is
-            writing to it.
+            writing to it, or `out` is a file.
         OSError: the folder cannot be read or written.
     """
 
-    def __init__(
-        self,
-        out: Path,
-        config: dict[str, Any],
-        on_record: Callable[[Record], None] = lambda _: None,
-        *,
-        option: str = "--out",
-    ) -> None:
+    def __init__(self, out: Path, config: dict[str, Any], *, option: str = "--out") -> None:
         self.path = out
         self.option = option
+        self.results_path = out / "results.jsonl"
+        self.bad_lines = 0
+        """Complete lines of `results.jsonl` that did not parse (skipped by `resume`)."""
         if out.exists() and not out.is_dir():
             raise ConfigError(f"{option} {out} is a file; name a folder")
         out.mkdir(parents=True, exist_ok=True)
         self._lock: int | None = _lock(out, option)
         self._file: Any = None
+        self._resumed = False
         try:
             self.config = self._check_config(config)
-            self.results_path = out / "results.jsonl"
-            end, self.bad_lines = scan_results(self.results_path, on_record)
-            if self.results_path.exists() and self.results_path.stat().st_size > end:
-                os.truncate(self.results_path, end)  # a torn last line, from a crash
+            """The folder's configuration: its data paths name the files in its records."""
         except BaseException:
             self.close()
             raise
+
+    def resume(self, on_record: Callable[[Record], None]) -> int:
+        """Feed every record already in `results.jsonl` to `on_record`; cut a torn last line.
+
+        Returns:
+            The number of complete lines that did not parse (also in `bad_lines`).
+        """
+        end, self.bad_lines = scan_results(self.results_path, on_record)
+        if self.results_path.exists() and self.results_path.stat().st_size > end:
+            os.truncate(self.results_path, end)  # a torn last line, from a crash
+        self._resumed = True
+        return self.bad_lines
 
     def _check_config(self, new: dict[str, Any]) -> dict[str, Any]:
         out, option = self.path, self.option
@@ -232,7 +239,9 @@ class OutputFolder:
         return new
 
     def append(self, records: list[Record]) -> None:
-        """Append a chunk's records durably (see `append_records`)."""
+        """Append a chunk's records durably (see `append_records`); after `resume`."""
+        if not self._resumed:
+            raise RuntimeError("OutputFolder.append before resume: a torn line would stay")
         if self._file is None:
             self._file = open(self.results_path, "a", encoding="utf-8")
         append_records(self._file, records)

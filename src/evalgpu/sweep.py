@@ -206,17 +206,22 @@ class Sweep:
     ) -> None:
         self.settings = settings
         self.rows_total = rows_total
-        self.ids: list[str] = config["scorer_ids"]
-        self.files: list[str] = [d["path"] for d in config["data"]]
-        scale = config["options"]["scale"]
-        scale = max(scale.values()) if isinstance(scale, dict) else float(scale)
-        self.aggregator = Aggregator(self.ids, self.files, scale)
-        self.folder = OutputFolder(out, config, self.aggregator.add, option=option)
-        self.config = self.folder.config
-        self.files = [d["path"] for d in self.config["data"]]  # the names records already use
-        self.bad_lines = self.folder.bad_lines
+        self.folder = OutputFolder(out, config, option=option)
+        try:
+            self.config = self.folder.config
+            self.ids: list[str] = self.config["scorer_ids"]
+            # The folder's own paths: the records already written name their files by them.
+            self.files: list[str] = [d["path"] for d in self.config["data"]]
+            scale = self.config["options"]["scale"]
+            scale = max(scale.values()) if isinstance(scale, dict) else float(scale)
+            self.aggregator = Aggregator(self.ids, self.files, scale)
+            self.bad_lines = self.folder.resume(self.aggregator.add)
+        except BaseException:
+            self.folder.close()
+            raise
         self.progress = Progress(rows_total=rows_total)
         self.file_errors: list[str] = []
+        self.engine_name: str | None = None
 
     def close(self) -> None:
         """Release the folder (safe to call twice)."""
@@ -302,7 +307,7 @@ class Sweep:
             "config_hash": self.config["hash"],
             "model": self.config.get("model"),
             "backend": self.config.get("backend"),
-            "engine": getattr(self, "engine_name", None),
+            "engine": self.engine_name,
             "options": self.config["options"],
             "map": self.config["map"],
             "data": self.files,
