@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalgpu import cli
-from evalgpu.sweep import RunSettings, open_sweep
+from evalgpu.settings import RunSettings
+from evalgpu.sweep import open_sweep
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -19,11 +19,12 @@ from typing import Any
 from evalgpu.data import RowError, file_format, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.report import Aggregator
-from evalgpu.results import RESULT_VERSION, ScoreResult
+from evalgpu.results import ScoreResult
 from evalgpu.rows import Row, RowReader, file_rows, python_rows
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.storage import CONFIG_VERSION, Record, config_hash, scan_results
-from evalgpu.sweep import SCORERS, Sweep
+from evalgpu.settings import SCORERS, folder_config
+from evalgpu.storage import Record, scan_results
+from evalgpu.sweep import Sweep
 
 __all__ = ["Evaluation", "evaluate", "run_evals"]
 
@@ -209,8 +210,7 @@ class Evaluation:
         self.finished = True
 
     def _config(self) -> dict[str, Any]:
-        """The output folder's configuration, the command line's for the same settings."""
-        names = {v: k for k, v in SCORERS.items()}
+        """The output folder's configuration: the command line's, for the same settings."""
         engines = list({id(s.engine): s.engine for s in self._scorers}.values())
         scales = {s.id: float(s.options.get("scale", 1.0)) for s in self._scorers}
         summarization = [s for s in self._scorers if s.id == "summarization-scorer"]
@@ -236,19 +236,14 @@ class Evaluation:
             # Rows from Python cannot be hashed before they are read: resume matches them by
             # position (and id), so give the same rows in the same order.
             data = [{"path": None, "sha256": None, "size": None}]
-        config: dict[str, Any] = {
-            "version": CONFIG_VERSION,
-            "result_version": RESULT_VERSION,
-            "scorers": [names[s.id] for s in self._scorers],
-            "scorer_ids": [s.id for s in self._scorers],
-            "model": _one(getattr(e, "model_path", None) for e in engines),
-            "backend": _one(getattr(e, "name", type(e).__name__) for e in engines),
-            "options": options,
-            "map": dict(sorted(self._mapping.items())),
-            "data": data,
-        }
-        config["hash"] = config_hash(config)
-        return config
+        return folder_config(
+            scorer_ids=[s.id for s in self._scorers],
+            model=_one(getattr(e, "model_path", None) for e in engines),
+            backend=_one(getattr(e, "name", type(e).__name__) for e in engines),
+            options=options,
+            mapping=self._mapping,
+            data=data,
+        )
 
 
 def _one(values: Iterable[Any]) -> Any:

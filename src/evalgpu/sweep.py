@@ -7,138 +7,30 @@ chunk is read, keeps the aggregates (`evalgpu.report.Aggregator`) and the progre
 again with the same folder and configuration scores only what has no successful record; after
 a `kill -9`, at most the chunk in flight is lost.
 
-`RunSettings` is what `python -m evalgpu run` was asked (validated, the configuration with its
-hash); `evalgpu.evaluate` builds the same configuration from scorer objects.
+The command line opens a sweep from its `RunSettings` (`open_sweep`) and calls `run`;
+`evalgpu.evaluate` opens one with a configuration built from scorer objects and calls `stream`
+and `finish`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgpu.data import FileInfo, file_format, inspect_file
+from evalgpu.data import FileInfo, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.engines.base import Engine
 from evalgpu.report import Aggregator
-from evalgpu.results import RESULT_VERSION
-from evalgpu.rows import Row, RowReader, file_rows
+from evalgpu.rows import Row, file_rows
 from evalgpu.runner import WaveStats
-from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, Record, config_hash
+from evalgpu.settings import RunSettings
+from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, Record
 
-__all__ = ["SCORERS", "ConfigError", "Outcome", "Progress", "RunSettings", "Sweep", "open_sweep"]
-
-SCORERS = {"summarization": "summarization-scorer", "context-recall": "context-recall-scorer"}
-"""Scorer names on the command line -> scorer ids in records."""
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """Everything a sweep needs, validated at construction (CLI flags or Python).
-
-    Args:
-        data: dataset files (.jsonl, .json, .csv, .parquet), scored in order.
-        scorers: "summarization" and/or "context-recall".
-        out: the output folder (created; an existing one is resumed).
-        model: a model folder or preset name; None for the default model.
-        backend: "auto", "vllm", "transformers", or "module:factory".
-        max_questions: summarization's most coverage questions per source (>= 1).
-        scale: both scorers' scale (> 0).
-        mapping: field -> column, for files whose columns have other names.
-        chunk_size: rows scored per engine batch and per append (>= 1).
-        limit: read at most this many rows in all (None: all). Rows already scored count.
-    """
-
-    data: tuple[Path, ...]
-    scorers: tuple[str, ...]
-    out: Path
-    model: str | None = None
-    backend: str = "auto"
-    max_questions: int = 10
-    scale: float = 1.0
-    mapping: Mapping[str, str] = field(default_factory=dict)
-    chunk_size: int = 256
-    limit: int | None = None
-
-    def __post_init__(self) -> None:
-        # Normalise first, then validate (vLLM's SamplingParams order).
-        object.__setattr__(self, "data", tuple(Path(p) for p in self.data))
-        object.__setattr__(self, "scorers", tuple(dict.fromkeys(self.scorers)))
-        object.__setattr__(self, "out", Path(self.out))
-        object.__setattr__(self, "mapping", dict(self.mapping))
-        if not self.data:
-            raise ValueError("data must name at least one file")
-        for path in self.data:
-            file_format(path)
-            if not path.is_file():
-                raise ValueError(f"data file not found: {path}")
-        if not self.scorers:
-            raise ValueError("scorers must name at least one scorer")
-        for name in self.scorers:
-            if name not in SCORERS:
-                raise ValueError(f"scorer must be one of {', '.join(SCORERS)}, got {name!r}")
-        RowReader(self.mapping)  # checks the map
-        if (
-            isinstance(self.max_questions, bool)
-            or not isinstance(self.max_questions, int)
-            or self.max_questions < 1
-        ):
-            raise ValueError(f"max_questions must be >= 1, got {self.max_questions!r}")
-        if not (
-            isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0
-        ):
-            raise ValueError(f"scale must be > 0, got {self.scale!r}")
-        if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size!r}")
-        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
-            raise ValueError(f"limit must be >= 0, got {self.limit!r}")
-
-    def config(self, files: list[FileInfo]) -> dict[str, Any]:
-        """What a resumed run must match, with its hash (file paths are not in the hash)."""
-        config: dict[str, Any] = {
-            "version": CONFIG_VERSION,
-            "result_version": RESULT_VERSION,
-            "scorers": list(self.scorers),
-            "scorer_ids": [SCORERS[s] for s in self.scorers],
-            "model": self.model,
-            "backend": self.backend,
-            "options": {
-                "max_questions": self.max_questions if "summarization" in self.scorers else None,
-                "scale": float(self.scale),
-            },
-            "map": dict(sorted(self.mapping.items())),
-            "data": [
-                {"path": str(p), "sha256": f.sha256, "size": f.size}
-                for p, f in zip(self.data, files, strict=True)
-            ],
-        }
-        config["hash"] = config_hash(config)
-        return config
-
-    def build_scorers(self, engine: Engine) -> list[Scorer]:
-        """The scorers these settings name, on `engine`, in order."""
-        scorers: list[Scorer] = []
-        for name in self.scorers:
-            if name == "summarization":
-                scorers.append(
-                    create_summarization_scorer(
-                        engine, max_questions=self.max_questions, scale=self.scale
-                    )
-                )
-            else:
-                # Every row brings its own context: the scorer's static one (which the factory
-                # requires) is never a fallback, so a row without context is named as such.
-                recall = create_context_recall_scorer(
-                    engine, context=["(per row)"], scale=self.scale
-                )
-                scorers.append(dataclasses.replace(recall, fallbacks=frozenset()))
-        return scorers
+__all__ = ["ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
 
 
 @dataclass
