@@ -151,6 +151,14 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
             ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--backend", "tpu"],
             "backend must be auto, vllm, transformers, scripted or module:factory, got 'tpu'",
         ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{data}"],
+            "out: {data} is a file, not a folder",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{data}/sub"],
+            "out: {data}/sub lies under {data}, a file, not a folder",
+        ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
         (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),
     ],
@@ -166,7 +174,7 @@ def test_usage_errors_exit_2_with_one_line(
     assert code == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1, err
-    assert message in err
+    assert message.format(data=data) in err
     assert err.startswith("python -m evalgpu")
 
 

@@ -86,6 +86,7 @@ class RunSettings:
             file_format(path)
             if not path.is_file():
                 raise ValueError(f"data file not found: {path}")
+        _check_out(self.out)
         if not self.scorers:
             raise ValueError("scorers must name at least one scorer")
         for name in self.scorers:
@@ -132,6 +133,16 @@ class RunSettings:
         }
         config["hash"] = _config_hash(config)
         return config
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an output folder that is a file, or lies under one, before anything is written."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is a file" if path == out else f"lies under {path}, a file"
+                raise ValueError(f"out: {out} {where}, not a folder; name a folder for the results")
+            return
 
 
 def _config_hash(config: dict[str, Any]) -> str:
