@@ -371,7 +371,7 @@ def test_agent_shaped_rows(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
 BAD_ROWS = [
     ("{not json", "row 1: line is not valid JSON: "),
     ({"id": "s1", "source": COMPANY}, 'row 2 (id "s1"): summary: missing'),
-    ({"id": "s2", "source": COMPANY, "summary": "   "}, 'row 3 (id "s2"): summary: '),
+    ({"id": "s2", "source": COMPANY, "summary": 42.5}, 'row 3 (id "s2"): summary: must be'),
     (
         {"id": "s3", "source": COMPANY, "summary": 42},
         'row 4 (id "s3"): summary: must be a string or a list of messages, got a number',
@@ -411,6 +411,31 @@ def test_each_bad_row_becomes_an_error_record_and_the_run_goes_on(
     assert got[-1]["error"] is None and got[-1]["id"] == "ok"
     last = err.strip().splitlines()[-1]
     assert ": 1 scored, 9 failed (see" in last
+
+
+def test_a_blank_summary_scores_0_and_counts_in_the_mean(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "good", "source": COMPANY, "summary": GOOD},
+            {"id": "blank", "source": COMPANY, "summary": " \n "},
+            {"id": "none", "source": COMPANY, "output": [{"role": "assistant", "content": ""}]},
+        ],
+    )
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert code == 0, err
+    good, blank, none = records(out)
+    for r in (blank, none):
+        assert r["error"] is None and r["score"] == 0.0 and r["usage"]["calls"] == 0
+        assert r["reason"].startswith("The summary is empty")
+    summary = json.loads((out / "summary.json").read_text())["scorers"]["summarization-scorer"]
+    assert (summary["scored"], summary["failed"]) == (3, 0)
+    assert summary["mean"] == pytest.approx(good["score"] / 3)
 
 
 CONTEXT_ROWS = [

@@ -15,7 +15,7 @@ RESULT_VERSION = 1
 
 
 class InputError(ValueError):
-    """A run cannot be scored as given (a blank summary, a context that is not a list, ...).
+    """A run cannot be scored as given (a missing summary, a context that is not a list, ...).
 
     Raised inside a scorer's steps; the runner turns it into that row's `error`, and every
     other row is still scored.
