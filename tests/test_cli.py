@@ -507,6 +507,42 @@ def test_a_source_longer_than_the_judge_context_is_refused_with_sizes(
     assert ok["error"] is None
 
 
+def test_each_failure_carries_its_kind_and_summary_counts_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "ok", "source": COMPANY, "summary": GOOD},
+            {"id": "input", "source": COMPANY},
+            {"id": "long", "source": "The company sells boats. " * 800, "summary": GOOD},
+            {"id": "invalid", "source": COMPANY + " GARBLE", "summary": GOOD},
+            {"id": "engine", "source": COMPANY + " EXPLODE", "summary": GOOD},
+            "{not json",
+        ],
+    )
+    out = tmp_path / "out"
+    argv = ["run", data, "--scorer", "summarization", "--out", out, "--chunk-size", "1"]
+    code, stdout, err = run_cli(capsys, *argv, "--backend", "cli_engines:troubled")
+    assert code == 0, err
+    kinds = [(r["id"], r["errorKind"]) for r in records(out)]
+    assert kinds == [
+        ("ok", None),
+        ("input", "input"),
+        ("long", "too_long"),
+        ("invalid", "invalid_reply"),
+        ("engine", "engine"),
+        (None, "input"),
+    ]
+    summary = json.loads((out / "summary.json").read_text())["scorers"]["summarization-scorer"]
+    assert summary["errors"] == {"input": 2, "too_long": 1, "invalid_reply": 1, "engine": 1}
+    assert (
+        "Failed rows, summarization-scorer (2 input, 1 too_long, 1 invalid_reply, 1 engine):"
+        in stdout
+    )
+    assert '  [too_long] row 3 (id "long"): source: ' in stdout
+
+
 def test_exit_1_when_no_row_could_be_scored(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

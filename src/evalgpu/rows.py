@@ -27,7 +27,7 @@ from evalgpu.messages import (
     is_agent_run,
     last_assistant_text,
 )
-from evalgpu.results import InputError, Steps
+from evalgpu.results import InputError, Steps, TooLongError
 from evalgpu.scorers._scorer import Scorer
 
 __all__ = ["FIELDS", "ContextCheck", "RowSteps", "row_id"]
@@ -181,7 +181,7 @@ class ContextCheck:
         key = _TAG_FIELD.get(request.tag, "input")
         own = texts.get(key)
         size = f"{self.count(own):,} tokens" if own else "too long"
-        raise InputError(
+        raise TooLongError(
             f"{key}: {size}, too long for the judge model's context of {self.limit:,} tokens "
             f"({request.tag} needs {need:,} with its instructions and reply)"
         )

@@ -28,7 +28,7 @@ from typing import Any
 from evalgpu.data import FileInfo, RowError, file_format, inspect_file, read_rows
 from evalgpu.engines.base import Engine
 from evalgpu.report import Aggregator, scan_results
-from evalgpu.results import RESULT_VERSION, InputError, ScoreResult, Steps
+from evalgpu.results import RESULT_VERSION, ErrorKind, InputError, ScoreResult, Steps
 from evalgpu.rows import FIELDS, RowSteps, row_id
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
@@ -366,14 +366,19 @@ class Sweep:
                     continue
                 base = {"row": row, "id": ident, "file": self.files[file], "scorer": scorer.id}
                 problem = row_problem
+                kind: ErrorKind = "input"
                 if problem is None:
                     assert isinstance(record, dict)
                     try:
                         steps = self._row_steps.steps(name, scorer, record)
                     except InputError as exc:
-                        problem = str(exc)
+                        problem, kind = str(exc), exc.kind
+                    except Exception as exc:  # hostile values (nesting too deep, ...): one row's
+                        problem = f"{type(exc).__name__}: {exc}"
                 if problem is not None:
-                    error = ScoreResult(scorer=scorer.id, error=f"{label}: {problem}")
+                    error = ScoreResult(
+                        scorer=scorer.id, error=f"{label}: {problem}", error_kind=kind
+                    )
                     records.append(_record(base, error))
                     continue
                 slots.append(len(records))
@@ -442,6 +447,7 @@ def _record(base: dict[str, Any], result: ScoreResult) -> dict[str, Any]:
         "analyzeStepResult": result.analyze_step_result,
         "usage": result.usage.model_dump(),
         "error": result.error,
+        "errorKind": result.error_kind,
         "version": result.version,
     }
 

@@ -249,7 +249,7 @@ def test_a_blank_summary_scores_0_without_a_judge_call(engine):
     results = create_summarization_scorer(engine, scale=5).run_batch(blank)
     for result in results:
         assert result.error is None
-        assert result.score == 0.0
+        assert result.score == 0.0 and result.error_kind is None
         assert "The summary is empty" in result.reason
         assert result.axes == {"alignment": 0.0, "coverage": 0.0}
         assert result.preprocess_step_result == {"alignment": [], "questions": []}
