@@ -103,6 +103,7 @@ def test_a_bad_row_is_its_own_error_record(engine: ScriptedEngine) -> None:
     )
     assert got[1]["error"] == "row 2: a row must be a dict, got a string"
     assert got[2]["error"] is None
+    assert [r["errorKind"] for r in got] == ["input", "input", None]
 
 
 def test_target_makes_outputs_once_per_row(engine: ScriptedEngine) -> None:
@@ -178,4 +179,7 @@ def test_bad_arguments_fail_before_scoring(engine: ScriptedEngine, tmp_path: Pat
         evaluate([], [scorer], chunk_size=0)
     with pytest.raises(ValueError, match="data file not found"):
         evaluate(tmp_path / "missing.jsonl", [scorer])
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        evaluate([], [scorer], out=tmp_path / "taken")
     assert engine.calls == []

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from evalgpu.data import RowError
-from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.results import ErrorKind, InputError, ScoreResult, Steps
 from evalgpu.rows import Row, RowReader
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers._scorer import Scorer
@@ -47,6 +47,7 @@ def make_record(base: dict[str, Any], result: ScoreResult) -> Record:
         "analyzeStepResult": result.analyze_step_result,
         "usage": result.usage.model_dump(),
         "error": result.error,
+        "errorKind": result.error_kind,
         "version": result.version,
     }
 
@@ -136,14 +137,19 @@ class Driver:
                     "scorer": scorer.id,
                 }
                 problem = row_problem
+                kind: ErrorKind = "input"
                 if problem is None:
                     assert isinstance(row.record, dict)
                     try:
                         steps = self.reader.steps(scorer, row.record)
                     except InputError as exc:
-                        problem = str(exc)
+                        problem, kind = str(exc), exc.kind
+                    except Exception as exc:  # hostile values (nesting too deep, ...): one row's
+                        problem = f"{type(exc).__name__}: {exc}"
                 if problem is not None:
-                    error = ScoreResult(scorer=scorer.id, error=f"{label}: {problem}")
+                    error = ScoreResult(
+                        scorer=scorer.id, error=f"{label}: {problem}", error_kind=kind
+                    )
                     records.append(make_record(base, error))
                     continue
                 jobs[id(scorer.engine)].append((len(records), scorer.id, steps, label))

@@ -23,7 +23,7 @@ from evalgpu.results import ScoreResult
 from evalgpu.rows import Row, RowReader, file_rows, python_rows
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.settings import SCORERS, folder_config
-from evalgpu.storage import Record, scan_results
+from evalgpu.storage import Record, check_out, scan_results
 from evalgpu.sweep import Sweep
 
 __all__ = ["Evaluation", "evaluate", "run_evals"]
@@ -66,7 +66,8 @@ def evaluate(
         `to_pandas()` / `run()`. Nothing is scored before that.
 
     Raises:
-        ValueError: a bad `map`, `chunk_size` or data file name (before anything is scored).
+        ValueError: a bad `map`, `chunk_size`, data file name or `out` (a file), before
+            anything is scored.
     """
     RowReader(map)
     if not isinstance(chunk_size, int) or chunk_size < 1:
@@ -75,6 +76,8 @@ def evaluate(
         if scorer.id not in SCORERS.values():
             raise ValueError(f"scorers must come from create_*_scorer, got id {scorer.id!r}")
     paths = _paths(data)
+    if out is not None:
+        check_out(Path(out))
     return Evaluation(data, paths, list(scorers), dict(map or {}), out, target, chunk_size)
 
 

@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.prompting import fenced
-from evalgpu.results import InputError
+from evalgpu.results import TooLongError
 
-__all__ = ["FIELD_OF_TAG", "ContextFit", "TooLongError"]
+__all__ = ["FIELD_OF_TAG", "ContextFit"]
 
 # Chat-template tokens allowed per message when checking that a prompt fits the judge.
 TEMPLATE_TOKENS = 16
@@ -30,10 +30,6 @@ FIELD_OF_TAG: dict[str, tuple[str, str | None]] = {
     "context_recall.reason": ("ground_truth", None),
 }
 """Tag -> (the row field that makes the call long, the fence that holds it in the prompt)."""
-
-
-class TooLongError(InputError):
-    """A judge call of this row cannot fit the judge model's context."""
 
 
 class ContextFit:

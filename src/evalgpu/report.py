@@ -18,9 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgpu.storage import SCORED, Ledger, scan_results
+from evalgpu.storage import SCORED, Ledger, failure_state, scan_results
 
-__all__ = ["Aggregator", "fmt", "format_report", "load_results", "where", "write_report"]
+__all__ = [
+    "Aggregator",
+    "failure_line",
+    "fmt",
+    "format_report",
+    "load_results",
+    "where",
+    "write_report",
+]
 
 LOWEST = 10
 """Lowest-scoring rows kept per scorer for the report."""
@@ -79,11 +87,14 @@ class Aggregator:
             agg.tokens[key] += int(usage.get(key) or 0)
         score = record.get("score")
         if record.get("error") is not None or not isinstance(score, (int, float)):
-            if self.ledger.mark(file, row, scorer, scored=False) != SCORED:
+            if (
+                self.ledger.mark(file, row, scorer, failure_state(record.get("errorKind")))
+                != SCORED
+            ):
                 if len(agg.failures) < LOWEST:
                     agg.failures[(file, row)] = _brief(record)
             return
-        if self.ledger.mark(file, row, scorer, scored=True) == SCORED:
+        if self.ledger.mark(file, row, scorer, SCORED) == SCORED:
             agg.duplicates += 1  # never written by a run; counted, not scored twice
             return
         agg.failures.pop((file, row), None)
@@ -107,6 +118,10 @@ class Aggregator:
         """(scored, failed) for a scorer: rows whose latest outcome is a score / an error."""
         return self.ledger.counts(scorer)
 
+    def error_kinds(self, scorer: str) -> dict[str, int]:
+        """Failed rows of a scorer by error kind (see `Ledger.error_kinds`)."""
+        return self.ledger.error_kinds(scorer)
+
     def scored_total(self) -> int:
         return sum(self.counts(s)[0] for s in self.scorers)
 
@@ -121,6 +136,7 @@ class Aggregator:
             entry: dict[str, Any] = {
                 "scored": scored,
                 "failed": failed,
+                "errors": self.error_kinds(scorer),
                 "mean": agg.total / scored if scored else None,
                 "median": _quantile(agg.scores, 0.5),
                 "percentiles": {
@@ -160,6 +176,7 @@ def _brief(record: dict[str, Any]) -> dict[str, Any]:
         "score": record.get("score"),
         "reason": reason if len(reason) <= 600 else reason[:600] + "…",
         "error": record.get("error"),
+        "errorKind": record.get("errorKind"),
     }
 
 
@@ -257,13 +274,22 @@ def format_report(summary: dict[str, Any], several_files: bool = False) -> str:
                 )
         if s["failures"]:
             more = s["failed"] - len(s["failures"])
+            kinds = ", ".join(f"{n:,} {k}" for k, n in s.get("errors", {}).items() if n)
             lines += [
                 "",
-                f"Failed rows, {scorer}" + (f" (first {len(s['failures'])}):" if more > 0 else ":"),
+                f"Failed rows, {scorer}"
+                + (f" ({kinds})" if kinds else "")
+                + (f", first {len(s['failures'])}:" if more > 0 else ":"),
             ]
             for item in s["failures"]:
-                lines.append(f"  {_first_line(item['error'] or '', 200)}")
+                lines.append(f"  {failure_line(item)}")
     return "\n".join(lines)
+
+
+def failure_line(item: dict[str, Any]) -> str:
+    """A failed row of a summary's `failures`: its error kind, then its error's first line."""
+    kind = f"[{item['errorKind']}] " if item.get("errorKind") else ""
+    return kind + _first_line(item["error"] or "", 200)
 
 
 def write_report(out: Path) -> tuple[str, Path, int]:

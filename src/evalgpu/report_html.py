@@ -6,7 +6,7 @@ import html
 import math
 from typing import Any
 
-from evalgpu.report import fmt, format_report, where
+from evalgpu.report import failure_line, fmt, format_report, where
 
 __all__ = ["html_report"]
 
@@ -113,7 +113,7 @@ def html_report(
             body.append("</table>")
         if s["failures"]:
             body.append("<h3>Failed rows</h3><ul>")
-            body += [f"<li>{e(item['error'] or '')}</li>" for item in s["failures"]]
+            body += [f"<li>{e(failure_line(item))}</li>" for item in s["failures"]]
             body.append("</ul>")
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel
 
-from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
+from evalgpu.engines.base import Engine, ErrorKind, JudgeReply, JudgeRequest
 from evalgpu.fit import ContextFit
 from evalgpu.results import InputError, ScoreResult, Steps, Usage
 
@@ -177,7 +177,8 @@ class Runner:
                     )
                     if reply.error is not None:
                         state.steps.close()
-                        return self._fail(state, f"{request.tag}: {reply.error}", results)
+                        kind = reply.error_kind or "engine"  # the engine did not say why
+                        return self._fail(state, f"{request.tag}: {reply.error}", results, kind)
                     assert reply.parsed is not None  # no error: checked in _call
                     parsed.append(reply.parsed)
                 state.pending = state.steps.send(parsed)
@@ -189,9 +190,11 @@ class Runner:
             results[state.index] = result
             return False
         except InputError as exc:
-            return self._fail(state, str(exc), results)
-        except Exception as exc:  # a user extractor or target may raise anything
-            return self._fail(state, f"{type(exc).__name__}: {exc}", results)
+            return self._fail(state, str(exc), results, exc.kind)
+        except Exception as exc:
+            # A user extractor may raise anything, and so may a row's strange values while its
+            # steps are built (a structure nested too deeply): the row, not the engine, is why.
+            return self._fail(state, f"{type(exc).__name__}: {exc}", results, "input")
 
     def _check_fit(self, state: _Row) -> None:
         try:
@@ -201,10 +204,14 @@ class Runner:
             state.steps.close()
             raise
 
-    def _fail(self, state: _Row, message: str, results: list[ScoreResult | None]) -> bool:
+    def _fail(
+        self, state: _Row, message: str, results: list[ScoreResult | None], kind: ErrorKind
+    ) -> bool:
         if state.label:
             message = f"{state.label}: {message}"
-        results[state.index] = ScoreResult(scorer=state.scorer, error=message, usage=state.usage)
+        results[state.index] = ScoreResult(
+            scorer=state.scorer, error=message, error_kind=kind, usage=state.usage
+        )
         return False
 
     def _answer(self, wave: list[JudgeRequest]) -> list[tuple[JudgeReply, int]]:
@@ -276,6 +283,7 @@ class Runner:
                 second.cached_tokens += first.cached_tokens
                 if second.finish_reason == "length":
                     second.error = f"reply cut at max_tokens={request.max_tokens} after one retry"
+                    second.error_kind = "invalid_reply"
                 replies[i] = second
         return replies, costs
 
@@ -285,7 +293,7 @@ class Runner:
             replies = list(self.engine.generate(requests))
         except Exception as exc:  # the engine broke on this wave: its rows fail, not the run
             message = f"engine {self.engine.name!r} failed: {type(exc).__name__}: {exc}"
-            return [JudgeReply(None, "", 0, 0, 0, "error", message) for _ in requests]
+            return [JudgeReply(None, "", 0, 0, 0, "error", message, "engine") for _ in requests]
         if len(replies) != len(requests):
             raise RuntimeError(
                 f"engine {self.engine.name!r} returned {len(replies)} replies "
@@ -294,6 +302,7 @@ class Runner:
         for request, reply in zip(requests, replies, strict=True):
             if reply.error is None and not isinstance(reply.parsed, request.schema):
                 reply.error = "engine returned no reply parsed against the schema"
+                reply.error_kind = "invalid_reply"
         return replies
 
 

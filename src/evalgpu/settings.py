@@ -20,7 +20,7 @@ from evalgpu.results import RESULT_VERSION
 from evalgpu.rows import RowReader
 from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.storage import CONFIG_VERSION, config_hash
+from evalgpu.storage import CONFIG_VERSION, check_out, config_hash
 
 __all__ = ["SCORERS", "RunSettings", "folder_config"]
 
@@ -68,6 +68,7 @@ class RunSettings:
             file_format(path)
             if not path.is_file():
                 raise ValueError(f"data file not found: {path}")
+        check_out(self.out)
         if not self.scorers:
             raise ValueError("scorers must name at least one scorer")
         for name in self.scorers:

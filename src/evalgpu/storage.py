@@ -24,13 +24,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from evalgpu.results import ERROR_KINDS
+
 __all__ = [
     "CONFIG_VERSION",
     "ConfigError",
     "Ledger",
     "OutputFolder",
     "append_records",
+    "check_out",
     "config_hash",
+    "failure_state",
     "scan_results",
     "write_atomic",
 ]
@@ -66,6 +70,20 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if (a.get("sha256"), a.get("size")) != (b.get("sha256"), b.get("size")):
                 found.append(f"data file {i} ({b['path']}) has other content")
     return found or ["a different configuration hash"]
+
+
+def check_out(out: Path) -> None:
+    """Refuse an output folder that is a file, or lies under one, before anything is written.
+
+    Raises:
+        ValueError: `out` is a file or lies under one (the message names it).
+    """
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is a file" if path == out else f"lies under {path}, a file"
+                raise ValueError(f"out: {out} {where}, not a folder; name a folder for the results")
+            return
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -119,14 +137,23 @@ def scan_results(path: Path, on_record: Callable[[Record], None]) -> tuple[int, 
 
 
 NONE, FAILED, SCORED = 0, 1, 2
-"""A (file, row, scorer)'s latest outcome in a `Ledger`."""
+"""A (file, row, scorer)'s latest outcome in a `Ledger` (FAILED: with no error kind)."""
+_KIND_STATE: dict[str, int] = {kind: 3 + i for i, kind in enumerate(ERROR_KINDS)}
+_FAILED_STATES = (FAILED, *_KIND_STATE.values())
+
+
+def failure_state(kind: object) -> int:
+    """The `Ledger` state of a failure of `kind` (an `ErrorKind`; anything else: FAILED)."""
+    return _KIND_STATE.get(str(kind), FAILED)
 
 
 class Ledger:
     """What is done: the latest outcome of every (file, row, scorer), a byte each.
 
-    A (row, scorer) may have several records: failures retried by a resumed run, then a
-    success. A success stays; a failure counts only while no success follows it.
+    The byte is NONE, SCORED, or a failure with its error kind (`failure_state`; a record
+    written before kinds existed is FAILED). A (row, scorer) may have several records:
+    failures retried by a resumed run, then a success. A success stays; a failure counts only
+    while no success follows it.
 
     Args:
         files: the data file names that records carry in `file`, in order.
@@ -150,16 +177,17 @@ class Ledger:
         """True when (file, row, scorer) already has a successful record."""
         return self.state(file, row, scorer) == SCORED
 
-    def mark(self, file: int, row: int, scorer: str, scored: bool) -> int:
-        """Record an outcome; returns the state before it (a success is never undone)."""
+    def mark(self, file: int, row: int, scorer: str, outcome: int) -> int:
+        """Record an outcome (SCORED or a `failure_state`); returns the state before it.
+
+        A success is never undone by a later failure.
+        """
         states = self._state.setdefault((file, scorer), bytearray())
         if row >= len(states):
             states.extend(bytes(max(row + 1 - len(states), len(states) // 2)))
         before = states[row]
-        if scored:
-            states[row] = SCORED
-        elif before != SCORED:
-            states[row] = FAILED
+        if outcome == SCORED or before != SCORED:
+            states[row] = outcome
         return before
 
     def counts(self, scorer: str) -> tuple[int, int]:
@@ -168,8 +196,22 @@ class Ledger:
         for (_, s), states in self._state.items():
             if s == scorer:
                 scored += states.count(SCORED)
-                failed += states.count(FAILED)
+                failed += sum(states.count(state) for state in _FAILED_STATES)
         return scored, failed
+
+    def error_kinds(self, scorer: str) -> dict[str, int]:
+        """Failed rows of a scorer by error kind (every kind, 0 included; "unknown" only for
+        records that carry none)."""
+        found: dict[str, int] = {kind: 0 for kind in ERROR_KINDS}
+        unknown = 0
+        for (_, s), states in self._state.items():
+            if s == scorer:
+                for kind, state in _KIND_STATE.items():
+                    found[kind] += states.count(state)
+                unknown += states.count(FAILED)
+        if unknown:
+            found["unknown"] = unknown
+        return found
 
 
 class OutputFolder:
@@ -184,7 +226,8 @@ class OutputFolder:
 
     Raises:
         ConfigError: the folder holds another configuration's results, or another run is
-            writing to it, or `out` is a file.
+            writing to it.
+        ValueError: `out` is a file, or lies under one.
         OSError: the folder cannot be read or written.
     """
 
@@ -194,8 +237,7 @@ class OutputFolder:
         self.results_path = out / "results.jsonl"
         self.bad_lines = 0
         """Complete lines of `results.jsonl` that did not parse (skipped by `resume`)."""
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"{option} {out} is a file; name a folder")
+        check_out(out)
         out.mkdir(parents=True, exist_ok=True)
         self._lock: int | None = _lock(out, option)
         self._file: Any = None
