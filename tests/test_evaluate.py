@@ -183,3 +183,27 @@ def test_bad_arguments_fail_before_scoring(engine: ScriptedEngine, tmp_path: Pat
     with pytest.raises(ValueError, match="is a file, not a folder"):
         evaluate([], [scorer], out=tmp_path / "taken")
     assert engine.calls == []
+
+
+@pytest.mark.slow
+def test_a_folder_from_python_on_the_default_model_has_the_command_lines_configuration(
+    tmp_path: Path,
+) -> None:
+    from evalgpu import load_engine
+    from evalgpu.data import inspect_file
+    from evalgpu.models import DEFAULT_MODEL
+    from evalgpu.settings import RunSettings
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "no-summary", "source": COMPANY}) + "\n")  # no judge call
+    engine = load_engine(DEFAULT_MODEL, backend="transformers")
+    evaluate(data, [create_summarization_scorer(engine)], out=tmp_path / "out").run()
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    settings = RunSettings(
+        data=(data,),
+        scorers=("summarization",),
+        out=tmp_path / "out",
+        model=DEFAULT_MODEL,
+        backend="transformers",
+    )
+    assert written["hash"] == settings.config([inspect_file(data)])["hash"]

@@ -22,7 +22,7 @@ from evalgpu.report import Aggregator
 from evalgpu.results import ScoreResult
 from evalgpu.rows import Row, RowReader, file_rows, python_rows
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.settings import SCORERS, folder_config
+from evalgpu.settings import SCORERS, folder_config, model_name
 from evalgpu.storage import Record, check_out, scan_results
 from evalgpu.sweep import Sweep
 
@@ -57,7 +57,10 @@ def evaluate(
         out: an output folder, with the command line's files and rules: `config.json`,
             `results.jsonl` appended a chunk at a time, `summary.json`, the lock; an existing
             folder of the same configuration is resumed (only what has no successful record
-            is scored). None keeps everything in memory.
+            is scored). None keeps everything in memory. The configuration names the judge
+            by its engine's name and model folder, so the command line continues the folder
+            when `--backend` and `--model` name the same (`--backend transformers --model
+            smollm2-135m-instruct`, not `auto`).
         target: makes a row's output from its input when the row has no output column.
         chunk_size: rows per engine batch (and per append to `results.jsonl`).
 
@@ -241,7 +244,7 @@ class Evaluation:
             data = [{"path": None, "sha256": None, "size": None}]
         return folder_config(
             scorer_ids=[s.id for s in self._scorers],
-            model=_one(getattr(e, "model_path", None) for e in engines),
+            model=_one(model_name(getattr(e, "model_path", None)) for e in engines),
             backend=_one(getattr(e, "name", type(e).__name__) for e in engines),
             options=options,
             mapping=self._mapping,

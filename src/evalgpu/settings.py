@@ -22,7 +22,7 @@ from evalgpu.scorers import create_context_recall_scorer, create_summarization_s
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.storage import CONFIG_VERSION, check_out, config_hash
 
-__all__ = ["SCORERS", "RunSettings", "folder_config"]
+__all__ = ["SCORERS", "RunSettings", "folder_config", "model_name"]
 
 SCORERS = {"summarization": "summarization-scorer", "context-recall": "context-recall-scorer"}
 """Scorer names on the command line -> scorer ids in records."""
@@ -94,7 +94,7 @@ class RunSettings:
         """What a resumed run must match, with its hash (file paths are not in the hash)."""
         return folder_config(
             scorer_ids=[SCORERS[s] for s in self.scorers],
-            model=self.model,
+            model=model_name(self.model),
             backend=self.backend,
             options={
                 "max_questions": self.max_questions if "summarization" in self.scorers else None,
@@ -127,6 +127,17 @@ class RunSettings:
         return scorers
 
 
+def model_name(model: str | None) -> str | None:
+    """How a configuration names a judge model: a folder by its name, a preset as given.
+
+    So that a folder is the same judge wherever it lies, and so that an engine loaded from
+    Python (`model_path`) and the command line's `--model` name it alike.
+    """
+    if model is not None and Path(model).is_dir():
+        return Path(model).resolve().name
+    return model
+
+
 def folder_config(
     *,
     scorer_ids: list[str],
@@ -140,7 +151,7 @@ def folder_config(
 
     Args:
         scorer_ids: the scorers, in order.
-        model: the judge's model as it was named (None: the default).
+        model: the judge's model (`model_name`; None: the default model).
         backend: the judge's backend (the CLI's --backend; from Python, the engine's name).
         options: options that change scores (`max_questions`, `scale`, ...).
         mapping: field -> column.
