@@ -151,7 +151,6 @@ class Sweep:
             raise ValueError(f"scorers must be {self.ids}, got {[s.id for s in scorers]}")
         progress = self.progress
         report = on_progress or (lambda _: None)
-        tell = on_error or (lambda _: None)
 
         def wave(stats: WaveStats) -> None:
             progress.output_tokens += stats.output_tokens
@@ -174,21 +173,46 @@ class Sweep:
             dict.fromkeys(getattr(s.engine, "name", type(s.engine).__name__) for s in scorers)
         )
         for chunk, records in driver.stream(
-            rows, chunk_size=chunk_size, done=self.aggregator.done, on_skip=skipped
+            rows, chunk_size=chunk_size, done=self.done, on_skip=skipped
         ):
-            self.folder.append(records)
-            progress.rows_run += len(chunk)
-            progress.rows_done += len(chunk)
-            for r in records:
-                self.aggregator.add(r)
-                if r["error"] is None:
-                    progress.scored += 1
-                else:
-                    progress.failed += 1
-                    tell(r["error"])
+            self.add_chunk(len(chunk), records, on_error=on_error)
             report(progress)
             yield records
         report(progress)
+
+    def done(self, file: int, row: int, scorer: str) -> bool:
+        """True when (file, row, scorer) has a successful record in the folder (resume)."""
+        return self.aggregator.done(file, row, scorer)
+
+    def add_chunk(
+        self,
+        rows: int,
+        records: list[Record],
+        *,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        """Append one scored chunk's records durably, then count them (aggregates, progress).
+
+        `stream` calls it for every chunk; a driver that scores chunks elsewhere (Ray actors
+        running `Driver.score_chunk`) calls it with each chunk's records as they come back.
+
+        Args:
+            rows: the rows the chunk held.
+            records: their records (`Driver.score_chunk`).
+            on_error: called with each failed record's error message.
+        """
+        self.folder.append(records)
+        progress = self.progress
+        progress.rows_run += rows
+        progress.rows_done += rows
+        for r in records:
+            self.aggregator.add(r)
+            if r["error"] is None:
+                progress.scored += 1
+            else:
+                progress.failed += 1
+                if on_error is not None:
+                    on_error(r["error"])
 
     def finish(self, *, chunk_size: int | None = None, limit: int | None = None) -> Path:
         """Write `summary.json` (aggregates of every record in the folder, and this run)."""
