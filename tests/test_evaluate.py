@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,10 +172,22 @@ def test_to_pandas(tmp_path: Path, engine: ScriptedEngine) -> None:
     assert sorted(whole["row"]) == [1, 2, 3]
 
 
+def test_to_pandas_without_pandas_says_how_to_get_it(
+    engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
+    run = evaluate(rows(1), [create_summarization_scorer(engine)])
+    with pytest.raises(ImportError, match=r"needs pandas, which evalgpu does not install"):
+        run.to_pandas()
+    assert engine.calls == []  # nothing was scored for nothing
+
+
 def test_bad_arguments_fail_before_scoring(engine: ScriptedEngine, tmp_path: Path) -> None:
     scorer = create_summarization_scorer(engine)
     with pytest.raises(ValueError, match="map: unknown field 'answer'"):
         evaluate([], [scorer], map={"answer": "x"})
+    with pytest.raises(ValueError, match="scorers must name at least one scorer"):
+        evaluate([], [])
     with pytest.raises(ValueError, match="chunk_size must be >= 1, got 0"):
         evaluate([], [scorer], chunk_size=0)
     with pytest.raises(ValueError, match="data file not found"):

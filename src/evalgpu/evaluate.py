@@ -69,12 +69,14 @@ def evaluate(
         `to_pandas()` / `run()`. Nothing is scored before that.
 
     Raises:
-        ValueError: a bad `map`, `chunk_size`, data file name or `out` (a file), before
-            anything is scored.
+        ValueError: no scorers, a bad `map`, `chunk_size`, data file name or `out` (a file),
+            before anything is scored.
     """
     RowReader(map)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    if not scorers:
+        raise ValueError("scorers must name at least one scorer")
     for scorer in scorers:
         if scorer.id not in SCORERS.values():
             raise ValueError(f"scorers must come from create_*_scorer, got id {scorer.id!r}")
@@ -89,8 +91,8 @@ class Evaluation:
 
     Each record is a dict, the same as a line of `results.jsonl`: `file`, `row`, `id`,
     `scorer`, `score`, `reason`, `axes`, `preprocessStepResult`, `analyzeStepResult`, `usage`,
-    `error`, `version`. Rows already done in `out` are not scored again and not yielded.
-    Stopping early, `close()` it (or use it in a `with` block) to release `out`'s lock.
+    `error`, `errorKind`, `version`. Rows already done in `out` are not scored again and not
+    yielded. Stopping early, `close()` it (or use it in a `with` block) to release `out`'s lock.
     """
 
     def __init__(
