@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     # no mode is served prompts that an earlier mode computed.
     cold = getattr(engine, "reset_prefix_cache", lambda: None)
 
-    # (a) evalgpu: run_batch over all rows (a fresh scorer: nothing cached from the warm-up).
+    # (a) evalgpu: run_batch over all rows, through a fresh Meter: replies are cached per engine
+    # object, so nothing the warm-up asked of the bare engine is answered from a cache.
     cold()
     batched = Meter(engine)
     scorer = create_summarization_scorer(batched, max_questions=args.max_questions)
