@@ -124,7 +124,9 @@ def test_two_scorers_on_one_engine_share_its_reply_cache(engine):
     doubled.run_batch([{"input": SOURCE, "output": "The company is based in Seattle."}])
     run_evals([{"input": SOURCE, "output": SOURCE}], [doubled])
     assert len(engine.by_tag("summarization.questions")) == 1
-    assert len(create_summarization_scorer(ScriptedEngine()).engine.calls) == 0
+    other = ScriptedEngine()  # another engine has a cache of its own
+    create_summarization_scorer(other).run(input=SOURCE, output=SOURCE)
+    assert len(other.by_tag("summarization.questions")) == 1
 
 
 def test_a_call_too_long_for_the_judge_fails_its_row_before_the_engine(engine):
