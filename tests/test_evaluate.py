@@ -15,11 +15,13 @@ from evalgpu import (
     create_context_recall_scorer,
     create_summarization_scorer,
     evaluate,
+    run_evals,
 )
 from evalgpu.engines.scripted import ScriptedEngine
 
 COMPANY = "The company was founded in 1995 by John Smith. The company is based in Seattle."
 GOOD = "John Smith founded the company in 1995. The company is based in Seattle."
+SOURCE = COMPANY
 PASSAGES = ["Einstein was born in 1879.", "Einstein developed relativity."]
 
 
@@ -196,6 +198,72 @@ def test_bad_arguments_fail_before_scoring(engine: ScriptedEngine, tmp_path: Pat
     with pytest.raises(ValueError, match="is a file, not a folder"):
         evaluate([], [scorer], out=tmp_path / "taken")
     assert engine.calls == []
+
+
+# run_evals (DESIGN.md §1, the batch API), on the same driver
+
+
+def test_run_evals_batches_across_items_and_scorers(engine):
+    summarization = create_summarization_scorer(engine)
+    recall = create_context_recall_scorer(engine, context=["The company is based in Seattle."])
+    data = [
+        {"input": SOURCE, "output": SOURCE, "ground_truth": "The company is based in Seattle."},
+        {"input": SOURCE, "output": "The company is based in Seattle."},
+    ]
+    seen = []
+    out = run_evals(data, [summarization, recall], on_item_complete=seen.append)
+    assert len(engine.calls) == 2  # (alignment, questions, claims) then (coverage, attribution)
+    assert out["summary"] == {"total_items": 2, "failed_items": 0}
+    assert out["scores"]["summarization-scorer"] == pytest.approx((1.0 + 0.5) / 2)
+    assert out["scores"]["context-recall-scorer"] == pytest.approx((1.0 + 0.0) / 2)
+    assert [e["item"] for e in seen] == data
+    assert set(seen[0]["scorer_results"]) == {"summarization-scorer", "context-recall-scorer"}
+
+
+def test_run_evals_uses_target_and_isolates_its_failures(engine):
+    def target(question):
+        if question == "explode":
+            raise ValueError("agent crashed")
+        return SOURCE
+
+    out = run_evals(
+        [{"input": SOURCE}, {"input": "explode"}, {"input": SOURCE, "groundTruth": "x"}],
+        [create_summarization_scorer(engine)],
+        target=target,
+    )
+    items = out["items"]
+    assert items[0]["output"] == SOURCE
+    assert items[0]["scorer_results"]["summarization-scorer"].score == 1.0
+    failed = items[1]["scorer_results"]["summarization-scorer"]
+    assert failed.score is None
+    assert failed.error == "item 2: target raised ValueError: agent crashed"
+    assert out["summary"] == {"total_items": 3, "failed_items": 1}
+    assert out["scores"]["summarization-scorer"] == 1.0
+
+
+def test_run_evals_rejects_items_without_input(engine):
+    out = run_evals([{"output": "x"}], [create_summarization_scorer(engine)])
+    result = out["items"][0]["scorer_results"]["summarization-scorer"]
+    assert result.error == "item 1: an item is a dict with an 'input' key"
+    assert out["scores"] == {"summarization-scorer": None}
+
+
+def test_run_evals_streams_items_in_chunks_with_their_own_context(engine):
+    recall = create_context_recall_scorer(engine, context=["Nothing relevant here."])
+    items = [
+        {"input": "q", "ground_truth": "Einstein was born in 1879.", "context": PASSAGES}
+        if i % 2 == 0
+        else {"input": "q", "ground_truth": "Einstein was born in 1879."}
+        for i in range(300)
+    ]
+    seen = []
+    out = run_evals(items, [recall], on_item_complete=lambda e: seen.append(e["item"]))
+    assert seen == items  # each item once, in order
+    scores = [e["scorer_results"]["context-recall-scorer"].score for e in out["items"]]
+    assert scores[:4] == [1.0, 0.0, 1.0, 0.0]  # an item's own context, else the scorer's
+    # Two chunks (256 + 44 items); the second asks only what the first asked, so the engine's
+    # reply cache answers it: claims, then attribution, are sent once each.
+    assert [len(call) for call in engine.calls] == [1, 2]
 
 
 @pytest.mark.slow

@@ -72,51 +72,6 @@ def test_on_wave_reports_each_generate(engine):
     assert waves[0].prompt_tokens > 0 and waves[0].output_tokens > 0
 
 
-def test_run_evals_batches_across_items_and_scorers(engine):
-    summarization = create_summarization_scorer(engine)
-    recall = create_context_recall_scorer(engine, context=["The company is based in Seattle."])
-    data = [
-        {"input": SOURCE, "output": SOURCE, "ground_truth": "The company is based in Seattle."},
-        {"input": SOURCE, "output": "The company is based in Seattle."},
-    ]
-    seen = []
-    out = run_evals(data, [summarization, recall], on_item_complete=seen.append)
-    assert len(engine.calls) == 2  # (alignment, questions, claims) then (coverage, attribution)
-    assert out["summary"] == {"total_items": 2, "failed_items": 0}
-    assert out["scores"]["summarization-scorer"] == pytest.approx((1.0 + 0.5) / 2)
-    assert out["scores"]["context-recall-scorer"] == pytest.approx((1.0 + 0.0) / 2)
-    assert [e["item"] for e in seen] == data
-    assert set(seen[0]["scorer_results"]) == {"summarization-scorer", "context-recall-scorer"}
-
-
-def test_run_evals_uses_target_and_isolates_its_failures(engine):
-    def target(question):
-        if question == "explode":
-            raise ValueError("agent crashed")
-        return SOURCE
-
-    out = run_evals(
-        [{"input": SOURCE}, {"input": "explode"}, {"input": SOURCE, "groundTruth": "x"}],
-        [create_summarization_scorer(engine)],
-        target=target,
-    )
-    items = out["items"]
-    assert items[0]["output"] == SOURCE
-    assert items[0]["scorer_results"]["summarization-scorer"].score == 1.0
-    failed = items[1]["scorer_results"]["summarization-scorer"]
-    assert failed.score is None
-    assert failed.error == "item 2: target raised ValueError: agent crashed"
-    assert out["summary"] == {"total_items": 3, "failed_items": 1}
-    assert out["scores"]["summarization-scorer"] == 1.0
-
-
-def test_run_evals_rejects_items_without_input(engine):
-    out = run_evals([{"output": "x"}], [create_summarization_scorer(engine)])
-    result = out["items"][0]["scorer_results"]["summarization-scorer"]
-    assert result.error == "item 1: an item is a dict with an 'input' key"
-    assert out["scores"] == {"summarization-scorer": None}
-
-
 def test_two_scorers_on_one_engine_share_its_reply_cache(engine):
     strict = create_summarization_scorer(engine)
     doubled = create_summarization_scorer(engine, scale=2.0)
