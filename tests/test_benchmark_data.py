@@ -5,8 +5,13 @@ download, a line-ending conversion, an edited row) fails here instead of skewing
 """
 
 import hashlib
+import importlib.util
 import re
+import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
 CHECKSUM = re.compile(r"^([0-9a-f]{64})  (\S+\.jsonl)$", re.MULTILINE)
@@ -27,3 +32,26 @@ def test_every_dev_set_matches_its_recorded_sha256():
     for name, digest in recorded().items():
         got = hashlib.sha256((DATA / name).read_bytes()).hexdigest()
         assert got == digest, f"benchmarks/data/{name}: sha256 {got}, README says {digest}"
+
+
+def script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """A script of scripts/ loaded as a module (under its own name, apart from other tests')."""
+    path = DATA.parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_data_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scripts_default_to_the_dev_sets_of_this_checkout(monkeypatch, tmp_path):
+    monkeypatch.delenv("EVALGPU_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)  # the defaults do not depend on the working folder
+    bench, agreement = script("bench", monkeypatch), script("agreement", monkeypatch)
+    assert bench.DATA == agreement.DATA == DATA / "frank_dev.jsonl"
+    assert script("measure_schemas", monkeypatch).DATA == DATA
+    # Recorded JSON names a file of the checkout relative to it, and any other file as given.
+    assert agreement.rel(agreement.DATA) == bench.rel(DATA / "frank_dev.jsonl")
+    assert agreement.rel(agreement.DATA) == "benchmarks/data/frank_dev.jsonl"
+    assert agreement.rel(tmp_path / "mine.jsonl") == str(tmp_path / "mine.jsonl")
