@@ -200,7 +200,7 @@ def test_bad_arguments_fail_before_scoring(engine: ScriptedEngine, tmp_path: Pat
     assert engine.calls == []
 
 
-# run_evals (DESIGN.md §1, the batch API), on the same driver
+# run_evals (docs/SEMANTICS.md §1.6, the batch API), on the same driver
 
 
 def test_run_evals_batches_across_items_and_scorers(engine):

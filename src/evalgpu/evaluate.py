@@ -1,5 +1,5 @@
 """Scoring datasets from Python: `evaluate` (streaming, resumable) and `run_evals` (the batch
-API of DESIGN.md §1), both on the one `Driver` that the command line uses.
+API of docs/SEMANTICS.md §1.6), both on the one `Driver` that the command line uses.
 
     from evalgpu import evaluate
     run = evaluate("outputs.jsonl", [summarization, recall], map={"summary": "model_output"},

@@ -12,7 +12,7 @@ column or a null value)`); the runner adds the row's label. Mapping, kept explic
 - context recall: `steps(input=question, output=output, ground_truth, context=context)`; a row
   without `context` uses the scorer's own context option when it has one, else (agent-shaped
   rows) its finished tool calls' results as the passages. No (or a blank) ground truth is
-  scored 0 without a model call (DESIGN §1), not an error.
+  scored 0 without a model call (docs/SEMANTICS.md §1.3), not an error.
 
 The scorers' texts (source, summary) are worked out once, in the scorer's steps; nothing here
 repeats that (the context-length check reads them back from the requests: `evalgpu.fit`).
@@ -150,7 +150,7 @@ class RowReader:
             truth = record.get("groundTruth")
         context = self._get(record, "context")
         if truth is None or (isinstance(truth, str) and not truth.strip()):
-            # Normative (DESIGN §1): no ground truth scores 0 without a model call.
+            # Normative (docs/SEMANTICS.md §1.3): no ground truth scores 0 without a model call.
             return scorer.steps(input_, output, truth)
         if context is None and "context" in scorer.fallbacks:
             return scorer.steps(input_, output, truth)  # the scorer's own context option
