@@ -109,6 +109,19 @@ def test_a_bad_row_is_its_own_error_record(engine: ScriptedEngine) -> None:
     assert [r["errorKind"] for r in got] == ["input", "input", None]
 
 
+def test_a_file_that_cannot_be_read_is_named_and_counted(tmp_path: Path) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(rows(1)[0]) + "\n")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"not": "an array"}')
+    scorer = create_summarization_scorer(ScriptedEngine())
+    run = evaluate([broken, good], [scorer], out=tmp_path / "out").run()
+    assert len(run.file_errors) == 1 and str(broken) in run.file_errors[0]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["file_errors"]["count"] == 1
+    assert summary["scorers"]["summarization-scorer"]["scored"] == 1
+
+
 def test_target_makes_outputs_once_per_row(engine: ScriptedEngine) -> None:
     asked: list[str] = []
 

@@ -118,6 +118,8 @@ class Evaluation:
         """True once every row has been scored (and `summary.json` written, with `out`)."""
         self.summary: dict[str, Any] | None = None
         """The aggregates (`summary.json`'s `scorers` and `tokens`), once finished."""
+        self.file_errors: list[str] = []
+        """Data files that could not be read (or stopped partway), one message each."""
 
     def __iter__(self) -> Iterator[Record]:
         if self._iter is None:
@@ -181,7 +183,7 @@ class Evaluation:
 
     def _rows(self) -> Iterator[Row]:
         if self._paths is not None:
-            return file_rows(self._paths)
+            return file_rows(self._paths, on_file_error=self.file_errors.append)
         assert not isinstance(self._data, (str, Path))
         return python_rows(self._data)
 
@@ -190,6 +192,7 @@ class Evaluation:
             yield from self._in_memory()
             return
         with Sweep(self._out, self._config(), option="out") as sweep:
+            sweep.file_errors = self.file_errors  # counted in summary.json
             for records in sweep.stream(
                 self._scorers,
                 self._rows(),

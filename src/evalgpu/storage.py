@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from evalgpu.data import replace_surrogates
 from evalgpu.results import ERROR_KINDS
 
 __all__ = [
@@ -97,10 +98,23 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def append_records(f: Any, records: Iterable[Record]) -> None:
-    """Append `records` to the open `results.jsonl` file `f`, flushed and fsync'ed."""
-    f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    """Append `records` to the open `results.jsonl` file `f`, flushed and fsync'ed.
+
+    Lone surrogates (in a judge's text, an exception's message) become U+FFFD, in the line and
+    in the record itself (so that what is echoed afterwards can be written too).
+    """
+    f.write("".join(_json_line(r) for r in records))
     f.flush()
     os.fsync(f.fileno())
+
+
+def _json_line(record: Record) -> str:
+    line = json.dumps(record, ensure_ascii=False)
+    clean = replace_surrogates(line)
+    if clean != line:
+        record.clear()
+        record.update(json.loads(clean))
+    return clean + "\n"
 
 
 def scan_results(path: Path, on_record: Callable[[Record], None]) -> tuple[int, int]:
@@ -291,7 +305,8 @@ class OutputFolder:
     def write_summary(self, summary: dict[str, Any]) -> Path:
         """Write `summary.json` atomically; returns its path."""
         path = self.path / "summary.json"
-        write_atomic(path, json.dumps(summary, indent=2) + "\n")
+        text = json.dumps(summary, indent=2, ensure_ascii=False)
+        write_atomic(path, replace_surrogates(text) + "\n")
         return path
 
     def close(self) -> None:
