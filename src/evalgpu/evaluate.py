@@ -19,11 +19,11 @@ from typing import Any
 from evalgpu.data import RowError, file_format, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.report import Aggregator
-from evalgpu.results import ScoreResult
+from evalgpu.results import Record, ScoreResult
 from evalgpu.rows import Row, RowReader, file_rows, python_rows
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.settings import SCORERS, folder_config, model_name
-from evalgpu.storage import Record, check_out, scan_results
+from evalgpu.storage import check_out, scan_results
 from evalgpu.sweep import Sweep
 
 __all__ = ["Evaluation", "evaluate", "run_evals"]

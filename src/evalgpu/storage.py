@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgpu.data import replace_surrogates
-from evalgpu.results import ERROR_KINDS
+from evalgpu.results import ERROR_KINDS, Record
 
 __all__ = [
     "CONFIG_VERSION",
@@ -41,9 +41,6 @@ __all__ = [
 ]
 
 CONFIG_VERSION = 1
-
-Record = dict[str, Any]
-"""One `results.jsonl` line: where it comes from (file, row, id, scorer), then the result."""
 
 
 class ConfigError(ValueError):

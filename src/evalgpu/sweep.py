@@ -25,11 +25,12 @@ from evalgpu.data import FileInfo, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.engines.base import Engine
 from evalgpu.report import Aggregator
+from evalgpu.results import Record
 from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
 from evalgpu.runner import WaveStats
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.settings import RunSettings
-from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, Record
+from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder
 
 __all__ = ["IDS_NAMED", "ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
 
