@@ -34,7 +34,7 @@ from evalgpu.rows import Row, RowReader
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["Done", "Driver"]
+__all__ = ["Done", "Driver", "make_record"]  # make_record: from results, kept here too
 
 Done = Callable[[int, int, str], bool]
 """`(file, row, scorer_id) -> bool`: True when that outcome is already recorded (resume)."""

@@ -32,6 +32,7 @@ __all__ = [
     "ConfigError",
     "Ledger",
     "OutputFolder",
+    "Record",
     "append_records",
     "check_out",
     "config_hash",
