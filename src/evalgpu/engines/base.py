@@ -1,6 +1,6 @@
 """The engine contract: what a scorer asks of a judge model, and what it gets back.
 
-Names here are a contract (DESIGN.md §2). A scorer builds `JudgeRequest`s; the runner hands a
+Names are a contract (docs/SEMANTICS.md §2). A scorer builds `JudgeRequest`s; the runner hands a
 wave of them to `Engine.generate` in one call and reads back one `JudgeReply` per request, in
 order. Anything with a `name` and that `generate` method is an engine: tests and users may
 bring their own.

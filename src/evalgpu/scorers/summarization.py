@@ -1,7 +1,7 @@
 """Summarization scorer: alignment of the summary's claims with the source, coverage of the
 source's yes-questions answered from the summary alone; the score is the lower of the two.
 
-Read top-down, this is the reference pipeline (spec/summarization-scorer.md, DESIGN.md §1):
+Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.2):
 prompts, the factory, the three requests, the combination and the reason, and `_steps`, which
 runs one summary through them.
 """
