@@ -128,6 +128,10 @@ class Runner:
                     assert reply.parsed is not None  # no error: checked in _call
                     parsed.append(reply.parsed)
                 state.pending = state.steps.send(parsed)
+            unsendable = _unsendable(state.pending)
+            if unsendable is not None:
+                state.steps.close()
+                return self._fail(state, unsendable, results, "input")
             return True
         except StopIteration as done:
             result: ScoreResult = done.value
@@ -241,6 +245,24 @@ class Runner:
                 reply.error = "engine returned no reply parsed against the schema"
                 reply.error_kind = "invalid_reply"
         return replies
+
+
+def _unsendable(requests: list[JudgeRequest]) -> str | None:
+    """Why these requests cannot go to an engine, or None: a prompt holding a lone surrogate
+    (a str that is not text) would make the tokenizer raise, failing every row of the wave."""
+    for request in requests:
+        for message in request.messages:
+            content = message["content"]
+            if content.isascii():
+                continue
+            try:
+                content.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                char = f"\\u{ord(content[exc.start]):04x}"
+                return (
+                    f"{request.tag}: the prompt holds a lone surrogate ({char}), which is not text"
+                )
+    return None
 
 
 def _free(reply: JudgeReply) -> JudgeReply:
