@@ -167,7 +167,7 @@ def _unicode(record: dict[str, Any]) -> dict[str, Any] | RowError:
         field, value = stack.pop()
         if isinstance(value, str):
             if not value.isascii() and (bad := _SURROGATE.search(value)):
-                where = _clean(field)
+                where = replace_surrogates(field)
                 return RowError(
                     f"{where}: text holds a lone surrogate (\\u{ord(bad.group()):04x}), which "
                     "is not a character (bytes that are not UTF-8, or a \\u escape without "
@@ -189,9 +189,6 @@ def replace_surrogates(text: str) -> str:
     `ensure_ascii=False`, where a surrogate can only stand inside a string).
     """
     return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
-
-
-_clean = replace_surrogates
 
 
 def _reason(exc: BaseException) -> str:
@@ -407,6 +404,6 @@ def _parquet_row(batch: Any, i: int) -> dict[str, Any] | RowError:
             record[name] = column[i].as_py()
         except Exception as exc:
             return RowError(
-                f"{_clean(str(name))}: the cell cannot be read ({_reason(exc)})", record
+                f"{replace_surrogates(str(name))}: the cell cannot be read ({_reason(exc)})", record
             )
     return record
