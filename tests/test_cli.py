@@ -671,24 +671,30 @@ def test_a_file_that_cannot_be_read_is_named_counted_and_the_run_goes_on(
     not_parquet = tmp_path / "c.parquet"
     not_parquet.write_bytes(b"PAR1 but not really")
     good = write_jsonl(tmp_path / "d.jsonl", summary_rows(2))
+    broken = tmp_path / "e.json"  # a malformed element: where the next one starts is unknown
+    broken.write_text(f'[{json.dumps(summary_rows(1)[0])}, {{"id": "c" "x"}}, {{"id": "d"}}]')
     out = tmp_path / "out"
-    files = [many_bad, not_array, not_parquet, good]
+    files = [many_bad, not_array, not_parquet, good, broken]
     code, _, err = run_cli(
         capsys, "run", *files, "--scorer", "summarization", "--out", out, *SCRIPTED
     )
     assert code == 0, err
-    assert len(successes(out)) == 2
+    assert len(successes(out)) == 3
     # Named even after the row errors shown were capped.
     assert "further errors are only in results.jsonl" in err
     assert f"{not_array}: a .json file must hold an array of rows" in err
     assert f"{not_parquet}: not a readable Parquet file" in err
-    assert "; 2 unreadable file(s)" in err.strip().splitlines()[-1]
+    assert f"{broken}: reading stopped at element 2 (element is not valid JSON" in err
+    assert "; 3 unreadable file(s)" in err.strip().splitlines()[-1]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["file_errors"]["count"] == 2
+    assert summary["file_errors"]["count"] == 3
     assert [m.split(":")[0] for m in summary["file_errors"]["messages"]] == [
         str(not_array),
         str(not_parquet),
+        str(broken),
     ]
+    (row_error,) = [r for r in records(out) if r["file"] == str(broken) and r["error"]]
+    assert row_error["row"] == 2 and "the rest of the file is not read" in row_error["error"]
 
 
 def test_an_exception_while_preparing_a_row_fails_that_row_only(

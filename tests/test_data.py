@@ -111,7 +111,9 @@ def test_json_array_streams_across_read_boundaries(
 def test_json_array_non_object_and_malformed_elements(tmp_path: Path) -> None:
     path = tmp_path / "d.json"
     path.write_text('[{"id": "a"}, 7, {"id": "c" "x"}, {"id": "d"}]')
-    got = rows(path)
+    got: list[tuple[int, object]] = []
+    with pytest.raises(ValueError, match=r"reading stopped at element 3 \(element is not valid"):
+        got += read_rows(path)  # the row error, then the file's (the rest is not read)
     assert got[0] == (1, {"id": "a"})
     assert got[1] == (2, RowError("a row must be a JSON object, got a number"))
     assert got[2][0] == 3 and isinstance(got[2][1], RowError)
@@ -246,7 +248,9 @@ def test_json_array_bytes_that_are_not_utf8_fail_their_element(tmp_path: Path) -
 def test_json_array_ending_inside_an_element_is_that_rows_error(tmp_path: Path) -> None:
     path = tmp_path / "d.json"
     path.write_text('[{"id": "a"}, ' + "[" * 5000)
-    got = rows(path)
+    got: list[tuple[int, object]] = []
+    with pytest.raises(ValueError, match=r"stopped at element 2 \(the file ends inside it\)"):
+        got += read_rows(path)
     assert got == [
         (1, {"id": "a"}),
         (

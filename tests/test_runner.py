@@ -157,3 +157,19 @@ def test_the_error_kind_is_serialised_as_errorKind_and_goes_with_an_error():
         ScoreResult(scorer="s", score=1.0, error_kind="engine")
     with pytest.raises(ValueError):
         ScoreResult(scorer="s", error="x", error_kind="bogus")  # type: ignore[arg-type]
+
+
+def test_a_lone_surrogate_in_one_run_fails_that_run_not_the_wave():
+    engine = ScriptedEngine()
+    runs = [
+        {"input": SOURCE, "output": "Founded \ud800 in 1995."},
+        {"input": SOURCE, "output": SOURCE},
+    ]
+    bad, good = create_summarization_scorer(engine).run_batch(runs)
+    assert bad.error == (
+        "row 1: summarization.alignment: the prompt holds a lone surrogate (\\ud800), "
+        "which is not text"
+    )
+    assert bad.error_kind == "input"
+    assert good.error is None and good.score == 1.0
+    assert all("\ud800" not in m["content"] for r in engine.requests for m in r.messages)

@@ -60,6 +60,7 @@ _BLOCK = 1 << 16
 # Errors quote at most this much of an exception's message (an int's digits, a cell).
 _MESSAGE_CHARS = 200
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_BAD_BYTE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byte not UTF-8
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def _unicode(record: dict[str, Any]) -> dict[str, Any] | RowError:
         field, value = stack.pop()
         if isinstance(value, str):
             if not value.isascii() and (bad := _SURROGATE.search(value)):
-                where = _clean(field)
+                where = replace_surrogates(field)
                 return RowError(
                     f"{where}: text holds a lone surrogate (\\u{ord(bad.group()):04x}), which "
                     "is not a character (bytes that are not UTF-8, or a \\u escape without "
@@ -188,9 +189,6 @@ def replace_surrogates(text: str) -> str:
     `ensure_ascii=False`, where a surrogate can only stand inside a string).
     """
     return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
-
-
-_clean = replace_surrogates
 
 
 def _reason(exc: BaseException) -> str:
@@ -298,7 +296,8 @@ def _csv(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
 
 
 def _has_bad_bytes(cells: list[str]) -> bool:
-    return any("\udc80" <= ch <= "\udcff" for cell in cells for ch in cell)
+    """Whether a cell holds a byte that is not UTF-8 (decoded with surrogateescape)."""
+    return any(not cell.isascii() and _BAD_BYTE.search(cell) for cell in cells)
 
 
 def _maybe_json(cell: str) -> Any:
@@ -318,7 +317,8 @@ def _json_array(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
     An element that is valid JSON but cannot be decoded (nested too deep, a number too long,
     over `MAX_ROW_BYTES`) is skipped by a scanner that only tracks strings and brackets, and is
     that row's error. A malformed element ends the file: past it, where the next element
-    starts is unknown.
+    starts is unknown. It is that row's error, then a `ValueError` for the file (the rows
+    after it are never read, and that must not go unsaid).
     """
     decoder = json.JSONDecoder()
     # surrogateescape: a byte that is not UTF-8 fails its element (a lone surrogate), not the file.
@@ -337,38 +337,34 @@ def _json_array(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
                 return
             if index > 0:
                 if reader.peek() != ",":
-                    yield (
-                        index + 1,
-                        RowError(
-                            "element is not valid JSON: expected ',' or ']'; the rest of the file "
-                            "is not read"
-                        ),
-                    )
-                    return
+                    message = "element is not valid JSON: expected ',' or ']'"
+                    yield index + 1, RowError(f"{message}; the rest of the file is not read")
+                    raise _stopped(path, index + 1, message)
                 reader.pos += 1
                 reader.skip_space()
             index += 1
             try:
                 value = reader.decode(decoder)
             except json.JSONDecodeError as exc:
-                yield (
-                    index,
-                    RowError(
-                        f"element is not valid JSON: {exc.msg}; the rest of the file is not read"
-                    ),
-                )
-                return
+                message = f"element is not valid JSON: {exc.msg}"
+                yield index, RowError(f"{message}; the rest of the file is not read")
+                raise _stopped(path, index, message) from None
             except Exception as exc:  # too deep, a huge int, too large: skip this element only
                 if not reader.skip_value():
-                    reason = f"{_reason(exc)}; the file ends inside it"
-                    yield index, RowError(f"element cannot be decoded: {reason}")
-                    return
+                    message = f"element cannot be decoded: {_reason(exc)}"
+                    yield index, RowError(f"{message}; the file ends inside it")
+                    raise _stopped(path, index, "the file ends inside it") from None
                 yield index, RowError(f"element cannot be decoded: {_reason(exc)}")
                 continue
             if reader.size > MAX_ROW_BYTES:  # decoded in a window grown past the cap
                 yield index, RowError(f"element is longer than {MAX_ROW_BYTES:,} characters")
                 continue
             yield index, _object(value)
+
+
+def _stopped(path: Path, row: int, why: str) -> ValueError:
+    """The file error after a JSON array's row error that ends the file (never silent)."""
+    return ValueError(f"{path}: reading stopped at element {row:,} ({why}); the rest is not read")
 
 
 def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
@@ -408,6 +404,6 @@ def _parquet_row(batch: Any, i: int) -> dict[str, Any] | RowError:
             record[name] = column[i].as_py()
         except Exception as exc:
             return RowError(
-                f"{_clean(str(name))}: the cell cannot be read ({_reason(exc)})", record
+                f"{replace_surrogates(str(name))}: the cell cannot be read ({_reason(exc)})", record
             )
     return record

@@ -56,7 +56,8 @@ class JudgeReply:
     error_kind: ErrorKind | None = None
     """Why `error` is set, when the engine knows: "too_long" (the prompt and reply do not fit
     the model's context), "invalid_reply" (cut, or not valid for the schema), "engine".
-    None with an error: the runner counts it as "engine". (An addition to docs/SEMANTICS.md §2.)"""
+    None with an error: the runner counts it as "engine". (Added to the contract with a
+    default, so that engines written before it still conform.)"""
 
 
 @runtime_checkable

@@ -278,8 +278,8 @@ def _steps(
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
     # The summary: the last assistant message with text (plain run: the output string).
-    # Normative (DESIGN §1): a blank summary is a bad summary, scored 0 without a judge call;
-    # only an absent summary, or one of the wrong type, is an input error.
+    # Normative (docs/SEMANTICS.md §1.2): a blank summary is a bad summary, scored 0 without
+    # a judge call; only an absent summary, or one of the wrong type, is an input error.
     if output is None:
         raise InputError("summary: missing (the output is None)")
     if isinstance(output, list):
