@@ -1,7 +1,7 @@
 """The driver: rows stream in, a chunk at a time; each chunk goes through one `Runner.run` per
 engine; its records come out as soon as the chunk is scored.
 
-The command line (`evalgpu.sweep`) and Python (`evalgpu.evaluate`, `run_evals`) both score
+The command line (`evalgpu.sweep`) and Python (`evalgpu.evaluation`, `run_evals`) both score
 through a `Driver`. The data flow reads one way:
 
     file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine

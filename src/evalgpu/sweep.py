@@ -8,7 +8,7 @@ again with the same folder and configuration scores only what has no successful 
 a `kill -9`, at most the chunk in flight is lost.
 
 The command line opens a sweep from its `RunSettings` (`open_sweep`) and calls `run`;
-`evalgpu.evaluate` opens one with a configuration built from scorer objects and calls `stream`
+`evalgpu.evaluation` opens one with a configuration built from scorer objects and calls `stream`
 and `finish`.
 """
 
@@ -83,7 +83,7 @@ class Sweep:
     Args:
         out: the output folder (created; an existing one is resumed).
         config: the run's configuration with its hash (`RunSettings.config`, or
-            `evalgpu.evaluate`'s).
+            `evalgpu.evaluation`'s).
         rows_total: the number of rows, when known (progress).
         option: how the folder was named to the user, for messages ("--out" or "out").
         settings: the command line's settings (`run` needs them).
