@@ -175,6 +175,26 @@ def test_an_out_folder_of_another_configuration_is_refused(tmp_path: Path) -> No
         evaluate(data, [other], out=tmp_path / "o").run()
 
 
+def test_scorers_with_different_scales_share_a_folder_and_its_report(tmp_path: Path) -> None:
+    from evalgpu.report import write_report
+
+    engine = ScriptedEngine()
+    scorers = [
+        create_summarization_scorer(engine, scale=10.0),
+        create_context_recall_scorer(engine, context=PASSAGES),
+    ]
+    data = [{"source": COMPANY, "summary": GOOD, "ground_truth": "Einstein was born in 1879."}]
+    got = list(evaluate(data, scorers, out=tmp_path / "out"))
+    assert [r["score"] for r in got] == [10.0, 1.0]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["options"]["scale"] == {
+        "summarization-scorer": 10.0,
+        "context-recall-scorer": 1.0,
+    }
+    text, page, _ = write_report(tmp_path / "out")
+    assert "summarization-scorer" in text and page.exists()
+
+
 def test_to_pandas(tmp_path: Path, engine: ScriptedEngine) -> None:
     pytest.importorskip("pandas")
     scorer = create_summarization_scorer(engine)

@@ -36,6 +36,7 @@ __all__ = [
     "append_records",
     "check_out",
     "config_hash",
+    "config_scale",
     "failure_state",
     "scan_results",
     "write_atomic",
@@ -53,6 +54,12 @@ def config_hash(config: dict[str, Any]) -> str:
     keyed = {k: v for k, v in config.items() if k != "hash"}
     keyed["data"] = [{k: v for k, v in d.items() if k != "path"} for d in config["data"]]
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_scale(config: dict[str, Any]) -> float:
+    """The scores' range for histograms: the scale, or the largest of per-scorer scales."""
+    scale = config["options"]["scale"]
+    return max(scale.values()) if isinstance(scale, dict) else float(scale)
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

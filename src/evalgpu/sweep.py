@@ -30,7 +30,7 @@ from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
 from evalgpu.runner import WaveStats
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.settings import RunSettings
-from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder
+from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, config_scale
 
 __all__ = ["IDS_NAMED", "ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
 
@@ -77,8 +77,9 @@ class Outcome:
 class Sweep:
     """An output folder opened for a run: locked, resumed, and its records aggregated.
 
-    Use it as a context manager (it holds the folder's lock). `stream` scores rows into it,
-    `finish` writes `summary.json`.
+    Use it as a context manager (it holds the folder's lock). `stream` scores rows into it (or
+    `add_chunk` takes chunks scored elsewhere, skipping what `done` says), and `finish` writes
+    `summary.json`.
 
     Args:
         out: the output folder (created; an existing one is resumed).
@@ -111,9 +112,7 @@ class Sweep:
             self.ids: list[str] = self.config["scorer_ids"]
             # The folder's own paths: the records already written name their files by them.
             self.files: list[str] = [d["path"] for d in self.config["data"]]
-            scale = self.config["options"]["scale"]
-            scale = max(scale.values()) if isinstance(scale, dict) else float(scale)
-            self.aggregator = Aggregator(self.ids, self.files, scale)
+            self.aggregator = Aggregator(self.ids, self.files, config_scale(self.config))
             self.bad_lines = self.folder.resume(self.aggregator.add)
         except BaseException:
             self.folder.close()
