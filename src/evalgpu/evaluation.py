@@ -60,7 +60,9 @@ def evaluate(
             is scored). None keeps everything in memory. The configuration names the judge
             by its engine's name and model folder, so the command line continues the folder
             when `--backend` and `--model` name the same (`--backend transformers --model
-            smollm2-135m-instruct`, not `auto`).
+            smollm2-135m-instruct`, not `auto`). Data files are hashed, so a changed file is
+            refused; rows given from Python cannot be, and are matched by position: resume
+            with the same rows in the same order.
         target: makes a row's output from its input when the row has no output column.
         chunk_size: rows per engine batch (and per append to `results.jsonl`).
 
