@@ -9,14 +9,8 @@ import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
-from evalgpu.engines.transformers import (
-    KVBatch,
-    Slot,
-    TransformersEngine,
-    chat_for,
-    prefill_groups,
-    shared_prefix,
-)
+from evalgpu.engines._decode import KVBatch, Slot, prefill_groups, shared_prefix
+from evalgpu.engines.transformers import TransformersEngine, chat_for
 from evalgpu.prompting import judge_chat
 from evalgpu.scorers.context_recall import claims_request
 from evalgpu.scorers.summarization import alignment_request, questions_request
