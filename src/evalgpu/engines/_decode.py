@@ -7,7 +7,9 @@ which loads the model, renders prompts and turns the finished slots into replies
 - `KVBatch`, the rows being decoded together and their KV cache: new rows join it and finished
   rows leave it between steps (continuous batching);
 - `prefill_groups`, which prompts share a prefix computed once;
-- `Decoder`, the loop: admit waiting requests (prefill), or step every row by one token.
+- `Decoder`, the loop: admit waiting requests (prefill), or step every row by one token;
+- `literal_masks`, which tokens commit to `true` or `false`, so that the loop reads the
+  judge's probability of each boolean verdict where it chose it (soft verdicts).
 
 Why its own loop and not `model.generate()`: `generate()` decodes a batch until its longest
 reply ends, so a batch of judge replies of 40 to 1,500 tokens spent most of its steps on rows
@@ -18,6 +20,13 @@ carries its own outlines guide. Prompts that share a prefix (one source's alignm
 questions prompts, and every summary of that source) compute it once (`prefill_groups`): on
 a CPU, where prefill is most of the time for long sources, that is the larger saving. Token
 counts and finish reasons are read from the generated ids, not estimated from text.
+
+Soft verdicts. At a step where the constraint allows only tokens that start `true`, tokens
+that start `false`, and tokens of mere JSON punctuation or whitespace, and the row chooses a
+literal's token, the row is choosing a boolean verdict. There the loop records
+`p = P(true) / (P(true) + P(false))`, each side the softmax mass of every allowed token that
+starts that literal (" true", "true", "t", ...), from the logits in float32. Mass over all the
+first tokens, not one token each: a tokenizer may spell the same choice several ways.
 """
 
 from __future__ import annotations
@@ -28,7 +37,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-__all__ = ["Decoder", "KVBatch", "Slot", "prefill_groups", "shared_prefix"]
+from evalgpu.engines._parse import literal_class
+
+__all__ = ["Decoder", "KVBatch", "Slot", "literal_masks", "prefill_groups", "shared_prefix"]
 
 
 def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -99,6 +110,8 @@ class Slot:
     """Generated ids, the end token included (it counts as output, as in vLLM)."""
     finish: str | None = None
     """None while decoding, then "stop" (an end token) or "length" (`max_tokens` reached)."""
+    true_probs: list[float] = field(default_factory=list)
+    """p(true) at each boolean verdict chosen so far, in order (see the module docstring)."""
 
     def take(self, token: int, eos_ids: set[int]) -> None:
         """Record the token chosen for this row and advance its constraint."""
@@ -178,6 +191,17 @@ class KVBatch:
         return done
 
 
+def _fit(masks: Any, size: int) -> Any:
+    """`literal_masks` cut or extended (extra ids are "other") to `size` token ids."""
+    import torch
+
+    if masks.shape[1] >= size:
+        return masks[:, :size]
+    extra = torch.zeros((3, size - masks.shape[1]), dtype=torch.bool, device=masks.device)
+    extra[2] = True
+    return torch.cat([masks, extra], dim=1)
+
+
 def _pad_left(t: Any, length: int) -> Any:
     """`t` with zeros prepended along its sequence axis (-2 for KV, -1 for a 2-D mask)."""
     import torch.nn.functional as F
@@ -185,6 +209,43 @@ def _pad_left(t: Any, length: int) -> Any:
     if t.dim() == 2:
         return F.pad(t, (length - t.shape[1], 0))
     return F.pad(t, (0, 0, length - t.shape[-2], 0))
+
+
+def literal_masks(tokenizer: Any, size: int) -> Any:
+    """Boolean masks over token ids `[0, size)`: which start `true`, `false`, or neither.
+
+    Returns a (3, size) tensor: tokens of class "true", of class "false", and "other" (see
+    `evalgpu.engines._parse.literal_class`); ids past the tokenizer (padding rows of the
+    output layer) are "other". Built once per engine (about 0.3 s for 49k tokens).
+    """
+    import torch
+
+    masks = torch.zeros((3, size), dtype=torch.bool)
+    masks[2] = True
+    n = min(size, len(tokenizer))
+    texts = tokenizer.batch_decode([[i] for i in range(n)])
+    for i, text in enumerate(texts):
+        kind = literal_class(text)
+        if kind != "other":
+            masks[2, i] = False
+            if kind != "lead":
+                masks[0 if kind == "true" else 1, i] = True
+    return masks
+
+
+def true_probability(logits: Any, true_tokens: Any, false_tokens: Any) -> float:
+    """P(true) / (P(true) + P(false)) from one row's logits, computed in float32.
+
+    `true_tokens` / `false_tokens` are boolean masks of the allowed tokens that start each
+    literal. The softmax normaliser cancels, so this is the sigmoid of the difference of the
+    two sides' log-sum-exp: exact in float32 even when the model computes in bfloat16, which
+    resolves probabilities near 1 to about 3 significant digits and ties them.
+    """
+    import torch
+
+    row = logits.float()
+    gap = torch.logsumexp(row[true_tokens], 0) - torch.logsumexp(row[false_tokens], 0)
+    return float(torch.sigmoid(gap))
 
 
 class Decoder:
@@ -199,6 +260,7 @@ class Decoder:
         batch_size: rows decoded together.
         prefill_tokens: padded prompt tokens prefilled in one forward pass.
         seed: set before decoding (decoding is greedy; the seed pins any tie-breaking).
+        literals: `literal_masks` of the vocabulary, to read soft verdicts; None: no `p`.
     """
 
     def __init__(
@@ -212,6 +274,7 @@ class Decoder:
         batch_size: int,
         prefill_tokens: int,
         seed: int,
+        literals: Any = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -221,6 +284,7 @@ class Decoder:
         self.batch_size = batch_size
         self.prefill_tokens = prefill_tokens
         self.seed = seed
+        self.literals = literals
 
     def run(
         self, encoded: list[list[int]], max_tokens: list[int], indexes: list[Any]
@@ -321,7 +385,10 @@ class Decoder:
         self._choose(slots, out.logits[:, -1, :])
 
     def _choose(self, slots: list[Slot], logits: Any) -> None:
-        """The allowed token of highest logit, for each row (greedy, constrained)."""
+        """The allowed token of highest logit, for each row (greedy, constrained).
+
+        Where a row chooses a boolean verdict, its p(true) is recorded first (`_read_p`).
+        """
         import torch
         from outlines_core.kernels.torch import (  # type: ignore[import-untyped]
             fill_next_token_bitmask,
@@ -333,6 +400,30 @@ class Decoder:
         shifts = torch.arange(32, dtype=torch.int32)
         allowed = ((words.unsqueeze(-1) >> shifts) & 1).bool().view(len(slots), -1)
         allowed = allowed[:, : logits.shape[-1]].to(logits.device)
-        tokens = logits.float().masked_fill(~allowed, float("-inf")).argmax(dim=-1).tolist()
-        for slot, token in zip(slots, tokens, strict=True):
+        chosen = logits.float().masked_fill(~allowed, float("-inf")).argmax(dim=-1)
+        if self.literals is not None:
+            self._read_p(slots, logits, allowed, chosen)
+        for slot, token in zip(slots, chosen.tolist(), strict=True):
             slot.take(int(token), self.eos_ids)
+
+    def _read_p(self, slots: list[Slot], logits: Any, allowed: Any, chosen: Any) -> None:
+        """Record p(true) for the rows that are choosing between `true` and `false` now.
+
+        Such a row's constraint allows tokens of both literals and nothing else but
+        punctuation or whitespace (`literal_masks`), and its chosen token starts a literal
+        (when it chose a space, the choice comes at the next step).
+        """
+        masks = self.literals.to(logits.device)
+        if masks.shape[1] != logits.shape[-1]:  # an output layer padded past the tokenizer
+            masks = _fit(masks, logits.shape[-1])
+        is_true, is_false, is_other = masks
+        choosing = (
+            (allowed & is_true).any(-1)
+            & (allowed & is_false).any(-1)
+            & ~(allowed & is_other).any(-1)
+            & (is_true[chosen] | is_false[chosen])
+        )
+        for row in choosing.nonzero().flatten().tolist():
+            slots[row].true_probs.append(
+                true_probability(logits[row], allowed[row] & is_true, allowed[row] & is_false)
+            )

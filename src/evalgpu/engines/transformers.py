@@ -5,6 +5,8 @@ take), and `TransformersEngine`, which loads the model and tokenizer, renders an
 prompts, refuses those over the context length, hands the rest to the decode loop
 (`evalgpu.engines._decode`: continuous batching, shared-prefix prefill, one outlines guide per
 row) and turns the finished slots into replies with `reply_from_text`, like every engine.
+Soft verdicts: the loop records p(true) where a row chooses a boolean verdict, and the reply
+attaches it to the parsed verdicts (`evalgpu.verdicts.attach_p`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
-from evalgpu.engines._decode import Decoder, Slot
+from evalgpu.engines._decode import Decoder, Slot, literal_masks
 from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
+from evalgpu.verdicts import has_soft_verdicts
 
 __all__ = ["TransformersEngine", "chat_for"]
 
@@ -168,8 +171,18 @@ class TransformersEngine:
                 output_tokens=len(slot.tokens),
                 cached_tokens=slot.cached,
                 finish_reason=slot.finish or "length",
+                true_probs=slot.true_probs,
             )
         return cast(list[JudgeReply], replies)
+
+    def _literal_masks(self) -> Any:
+        """Which tokens start `true` / `false` (`literal_masks`), built on first use."""
+        # Kept out of __init__: built only by an engine that is asked for soft verdicts.
+        masks = self.__dict__.get("_literals")
+        if masks is None:
+            size = self.model.get_output_embeddings().weight.shape[0]
+            masks = self.__dict__["_literals"] = literal_masks(self.tokenizer, size)
+        return masks
 
     def _decode(self, requests: list[JudgeRequest], encoded: list[list[int]]) -> list[Slot]:
         """Greedy constrained decoding of every request (`evalgpu.engines._decode`)."""
@@ -182,6 +195,9 @@ class TransformersEngine:
             batch_size=self.batch_size,
             prefill_tokens=self.prefill_tokens,
             seed=self.seed,
+            literals=self._literal_masks()
+            if any(has_soft_verdicts(r.schema) for r in requests)
+            else None,
         )
         return decoder.run(
             encoded, [r.max_tokens for r in requests], [self.index(r.schema) for r in requests]
