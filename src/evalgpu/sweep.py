@@ -33,6 +33,7 @@ from evalgpu.rows import FIELDS, RowSteps, row_id
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.scorers._scorer import Scorer
+from evalgpu.verdicts import VerdictMode
 
 __all__ = ["SCORERS", "ConfigError", "Outcome", "Progress", "RunSettings", "Sweep", "open_sweep"]
 
@@ -58,6 +59,7 @@ class RunSettings:
         backend: "auto", "vllm", "transformers", or "module:factory".
         max_questions: summarization's most coverage questions per source (>= 1).
         scale: both scorers' scale (> 0).
+        verdicts: both scorers' "hard" (the reference) or "soft" verdicts.
         mapping: field -> column, for files whose columns have other names.
         chunk_size: rows scored per engine batch and per append (>= 1).
         limit: read at most this many rows in all (None: all). Rows already scored count.
@@ -70,6 +72,7 @@ class RunSettings:
     backend: str = "auto"
     max_questions: int = 10
     scale: float = 1.0
+    verdicts: VerdictMode = "hard"
     mapping: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int = 256
     limit: int | None = None
@@ -106,6 +109,8 @@ class RunSettings:
             isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0
         ):
             raise ValueError(f"scale must be > 0, got {self.scale!r}")
+        if self.verdicts not in ("hard", "soft"):
+            raise ValueError(f"verdicts must be 'hard' or 'soft', got {self.verdicts!r}")
         if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size!r}")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
@@ -123,6 +128,8 @@ class RunSettings:
             "options": {
                 "max_questions": self.max_questions if "summarization" in self.scorers else None,
                 "scale": float(self.scale),
+                # Only when not the default, so that folders of earlier runs keep their hash.
+                **({"verdicts": self.verdicts} if self.verdicts != "hard" else {}),
             },
             "map": dict(sorted(self.mapping.items())),
             "data": [
@@ -303,13 +310,16 @@ class Sweep:
         scorers: dict[str, Scorer] = {}
         if "summarization" in s.scorers:
             scorers["summarization"] = create_summarization_scorer(
-                engine, max_questions=s.max_questions, scale=s.scale
+                engine, max_questions=s.max_questions, scale=s.scale, verdicts=s.verdicts
             )
         if "context-recall" in s.scorers:
             # Every row brings its own context (passed per run below), so the static context
             # the factory requires is never used.
             scorers["context-recall"] = create_context_recall_scorer(
-                engine, context=["(each row brings its own context)"], scale=s.scale
+                engine,
+                context=["(each row brings its own context)"],
+                scale=s.scale,
+                verdicts=s.verdicts,
             )
         return scorers
 
