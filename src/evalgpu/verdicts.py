@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from functools import cache
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -251,8 +251,8 @@ def attach_p(parsed: BaseModel, probabilities: Sequence[float]) -> bool:
     if len(slots) != len(probabilities):
         return False
     for owner, value in zip(slots, probabilities, strict=True):
-        if isinstance(owner, Verdict):
-            owner.p = float(value)
+        if owner is not None and "p" in type(owner).model_fields:
+            cast(Verdict, owner).p = float(value)  # assigned, not validated: see Verdict.p
     return True
 
 
@@ -280,8 +280,10 @@ def has_soft_verdicts(schema: type[BaseModel]) -> bool:
 
 
 def _verdict_types(annotation: Any) -> bool:
+    # By shape, not by class: a model with a `p` field is a verdict (so are copies of these
+    # classes, such as the variants scripts/measure_schemas.py builds with other bounds).
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return issubclass(annotation, Verdict) or has_soft_verdicts(annotation)
+        return "p" in annotation.model_fields or has_soft_verdicts(annotation)
     return any(_verdict_types(arg) for arg in get_args(annotation))
 
 
