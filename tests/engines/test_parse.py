@@ -26,6 +26,8 @@ from evalgpu.engines._parse import literal_class, literal_starts, soft_probabili
         ("truth", "other"),
         ('"t', "other"),  # a quote before a letter opens a string
         ("1", "other"),
+        ("\u0120true", "true"),  # raw byte-level BPE piece of " true"
+        ("\u2581false", "false"),  # raw SentencePiece piece of " false"
     ],
 )
 def test_literal_class(token, kind):
@@ -35,6 +37,7 @@ def test_literal_class(token, kind):
 def test_literals_are_found_outside_strings_only():
     pieces = ['{"a":"the t', 'rue \\"f\\" fact",', '"b":', " false", ',"c":[tr', "ue]}"]
     assert literal_starts(pieces) == [(3, False), (4, True)]
+    assert literal_starts(['{"b":', "\u0120true", "}"]) == [(1, True)]
 
 
 def test_soft_probability_renormalises_over_the_two_literals():

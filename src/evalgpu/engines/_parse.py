@@ -25,6 +25,9 @@ __all__ = ["literal_class", "literal_starts", "reply_from_text", "soft_probabili
 # What may precede a JSON value in the same token: whitespace, the end of a key, a colon, or
 # list punctuation. A token made only of these commits to no value.
 _LEAD = ' \t\n\r":,['
+# Byte-level BPE and SentencePiece spell a space or newline with these in raw vocabulary pieces;
+# some vLLM versions return such pieces as `decoded_token`. They mean whitespace here.
+_MARKERS = str.maketrans({"\u0120": " ", "\u2581": " ", "\u010a": "\n"})
 
 
 def literal_class(token: str) -> Literal["true", "false", "lead", "other"]:
@@ -34,6 +37,7 @@ def literal_class(token: str) -> Literal["true", "false", "lead", "other"]:
     that literal ("t", " tr", ": true") or the whole literal followed by punctuation ("true,");
     "lead" when it is only such characters; "other" for anything else ("the", "True", "1").
     """
+    token = token.translate(_MARKERS)
     rest = token.lstrip(_LEAD)
     if not rest:
         return "lead"
@@ -57,7 +61,7 @@ def literal_starts(pieces: Sequence[str]) -> list[tuple[int, bool]]:
     found: list[tuple[int, bool]] = []
     in_string = escaped = in_word = False
     for index, piece in enumerate(pieces):
-        for char in piece:
+        for char in piece.translate(_MARKERS):
             if in_string:
                 if escaped:
                     escaped = False
