@@ -1,6 +1,6 @@
 """Do our scores agree with people? Scores a human-labelled file and compares.
 
-The file's fields say which comparison applies (shared/data/README.md describes them):
+The file's fields say which comparison applies (benchmarks/data/README.md describes them):
 
   label_faithful, human_score   (FRANK)   summarization: balanced accuracy of score == scale and
                                           of alignment == 1 against label_faithful, ROC-AUC of the
@@ -26,14 +26,14 @@ scores above the unfaithful one (a tie counts 0.5), with its interval over pairs
 `--limit` applies to the other files.
 
 Every metric comes with a bootstrap 95 % interval (rows resampled, 1,000 draws, seed 1234).
-Rows whose scoring failed are left out of the metrics and counted: `too_long` when the row's
-prompt does not fit the judge model's context (the engine refused it before generating; a
-longer-context judge scores it), `invalid` for every other failure (a reply that does not
-match its schema, or is still cut after the retry). `invalid` must be 0: the exit status is 1
-otherwise.
+Rows whose scoring failed are left out of the metrics and counted by their `error_kind`:
+`too_long` when the row's prompt does not fit the judge model's context (the engine refused it
+before generating; a longer-context judge scores it), `invalid` for every other failure (a
+reply that does not match its schema, or is still cut after the retry). `invalid` must be 0:
+the exit status is 1 otherwise.
 
-    .venv/bin/python scripts/agreement.py ../shared/data/frank_dev.jsonl --pairs 30
-    .venv/bin/python scripts/agreement.py ../shared/data/attribution_dev.jsonl --limit 40 \
+    .venv/bin/python scripts/agreement.py --pairs 30          # benchmarks/data/frank_dev.jsonl
+    .venv/bin/python scripts/agreement.py benchmarks/data/attribution_dev.jsonl --limit 40 \
         --json docs/agreement-attribution.json
 """
 
@@ -51,6 +51,19 @@ from typing import Any
 import numpy as np
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer, load_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "frank_dev.jsonl"
+"""The default file: FRANK's dev set, found from this file, so that any working folder works."""
+
+
+def rel(path: Path) -> str:
+    """`path` relative to the checkout when it lies inside it (recorded JSON names no machine)."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
 
 # -- statistics (numpy only) -----------------------------------------------------------------
 
@@ -184,16 +197,9 @@ def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, m
     return scorer.run_batch(runs)
 
 
-TOO_LONG = (
-    "exceeds max_model_len",  # the transformers engine
-    "maximum context length",  # vLLM's rejection
-    "too long for the judge model's context",  # the CLI's check (evalgpu.rows)
-)
-
-
-def too_long(error: str) -> bool:
+def too_long(result: Any) -> bool:
     """Whether a row failed because its prompt does not fit the judge model's context."""
-    return any(marker in error for marker in TOO_LONG)
+    return result.error is not None and result.error_kind == "too_long"
 
 
 def soft_score(result: Any, kind: str, scale: float) -> float | None:
@@ -213,7 +219,7 @@ def axis(result: Any, name: str) -> float | None:
 
 def metrics(records, results, kind: str, scale: float, pairs: bool = False) -> dict[str, Any]:
     ok = [(r, s) for r, s in zip(records, results, strict=True) if s.error is None]
-    long = sum(s.error is not None and too_long(s.error) for s in results)
+    long = sum(too_long(s) for s in results)
     out: dict[str, Any] = {
         "rows": len(records),
         "invalid": len(records) - len(ok) - long,
@@ -318,7 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("data", type=Path, help="a labelled JSONL file")
+    parser.add_argument(
+        "data",
+        type=Path,
+        nargs="?",
+        default=DATA,
+        help="a labelled JSONL file (default: benchmarks/data/frank_dev.jsonl)",
+    )
     parser.add_argument(
         "--limit", type=int, default=None, help="score the first N rows (after --seed shuffle)"
     )
@@ -359,11 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t
     out = metrics(records, results, kind, args.scale, pairs=pairs)
     out.update(
-        {"file": str(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
+        {"file": rel(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
     )
     for label, errors in (
-        ("too long for the judge", [r.error for r in results if r.error and too_long(r.error)]),
-        ("invalid", [r.error for r in results if r.error and not too_long(r.error)]),
+        ("too long for the judge", [r.error for r in results if too_long(r)]),
+        ("invalid", [r.error for r in results if r.error and not too_long(r)]),
     ):
         if errors:
             print(f"{len(errors)} rows {label}, first: {errors[0]}", file=sys.stderr)

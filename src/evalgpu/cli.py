@@ -223,7 +223,12 @@ def _run(args: argparse.Namespace) -> int:
             return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
         console = _Console(sys.stderr, args.progress)
         try:
-            outcome = sweep.run(engine, on_progress=console.progress, on_error=console.error)
+            outcome = sweep.run(
+                engine,
+                on_progress=console.progress,
+                on_error=console.error,
+                on_notice=console.notice,
+            )
         except KeyboardInterrupt:
             console.finish()
             print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)
@@ -252,6 +257,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     if outcome.file_errors:
         line += f"; {len(outcome.file_errors)} unreadable file(s)"
+    if outcome.repeated_ids:
+        line += f"; {_n(outcome.repeated_ids, 'row')} repeating an id (scored; see summary.json)"
     if sweep.bad_lines:
         line += f"; {sweep.bad_lines} unreadable line(s) of results.jsonl skipped"
     if outcome.total_scored == 0:
@@ -332,6 +339,10 @@ class _Console:
             return
         if self.errors == ERRORS_SHOWN + 1:
             message = "further errors are only in results.jsonl"
+        self.notice(message)
+
+    def notice(self, message: str) -> None:
+        """A line that is always shown (a file that cannot be read, a repeated id)."""
         self._clear()
         self.stream.write(f"{PROG} run: {message}\n")
         self.stream.flush()

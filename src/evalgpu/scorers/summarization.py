@@ -1,7 +1,7 @@
 """Summarization scorer: alignment of the summary's claims with the source, coverage of the
 source's yes-questions answered from the summary alone; the score is the lower of the two.
 
-Read top-down, this is the reference pipeline (spec/summarization-scorer.md, DESIGN.md §1):
+Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.2):
 prompts, the factory, the three requests, the combination and the reason, and `_steps`, which
 runs one summary through them.
 
@@ -211,7 +211,7 @@ def match_coverage(questions: list[str], verdicts: list[CoverageVerdict]) -> lis
 
     The schema takes exactly one verdict per question, so the counts match; were they to
     differ (an engine that returns an unvalidated reply), a missing verdict counts as not
-    answered and extra verdicts are ignored (DESIGN.md §1). Each entry carries the question as
+    answered and extra verdicts are ignored (docs/SEMANTICS.md §1). Each entry carries the question as
     it was asked, not the judge's copy of it.
     """
     entries = []
@@ -304,6 +304,25 @@ def _p(verdict: dict[str, Any], before: str = "; ", after: str = "") -> str:
     return "" if verdict.get("p") is None else f"{before}p={verdict['p']:.2f}{after}"
 
 
+def empty_summary_result() -> ScoreResult:
+    """A blank summary's result: score 0, every axis 0 (no claims, no answers), no judge call.
+
+    The soft axes are 0 too (certain, not read from a judge), so `verdicts="soft"` scores it 0.
+    """
+    return ScoreResult(
+        scorer=SCORER_ID,
+        score=0.0,
+        reason="The summary is empty (blank after trimming), so it states nothing: score 0.",
+        preprocess_step_result={
+            "alignment": [],
+            "questions": [],
+            "duplicates_dropped": {"alignment": 0, "questions": 0},
+        },
+        analyze_step_result={"coverage": []},
+        axes={"alignment": 0.0, "coverage": 0.0, "alignment_soft": 0.0, "coverage_soft": 0.0},
+    )
+
+
 def _steps(
     input: Any,
     output: Any,
@@ -319,9 +338,21 @@ def _steps(
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
     # The summary: the last assistant message with text (plain run: the output string).
+    # Normative (docs/SEMANTICS.md §1.2): a blank summary is a bad summary, scored 0 without
+    # a judge call; only an absent summary, or one of the wrong type, is an input error.
+    if output is None:
+        raise InputError("summary: missing (the output is None)")
+    if isinstance(output, list):
+        wrong = [m for m in output if not isinstance(m, dict)]
+        if wrong:
+            raise InputError(
+                f"summary: must be a list of messages, got a list holding {type(wrong[0]).__name__}"
+            )
+    elif not isinstance(output, str):
+        raise InputError(
+            f"summary: must be a string or a list of messages, got {type(output).__name__}"
+        )
     summary = last_assistant_text(output)
-    if summary is None or not summary.strip():
-        raise InputError("summary: the output has no text to judge (blank or missing)")
 
     # The source: the extractor for agent-shaped runs, else the option, else the first user
     # message. (`source` is this run's own when the run brought one: see `Scorer.steps`.)
@@ -343,6 +374,8 @@ def _steps(
         text = first_user_text(input)
     if text is None or not text.strip():
         raise InputError("source: no source text (blank or missing)")
+    if summary is None or not summary.strip():
+        return empty_summary_result()  # checked after the source: a row without one is broken
 
     # Step 1: alignment and questions. Both see the source; neither waits for the other.
     judged, asked = yield [alignment_request(text, summary), questions_request(text, max_questions)]
