@@ -87,8 +87,9 @@ REGEX_COMPILATION_TIMEOUT_S = 600
 
 LOGPROBS = 20
 """Top log-probabilities per generated token, for requests with boolean verdicts: vLLM's
-default ceiling (`max_logprobs`), and more than the tokens that start `true` or `false` in the
-vocabularies we checked (16 in SmolLM2's 49k), so both sides come back."""
+default ceiling (`max_logprobs`). Tokens that start `true` or `false` are few (16 in SmolLM2's
+49k vocabulary, 32 in Qwen2.5's 151k, counting every context such as ",true"), and fewer are
+allowed at one position, so the best of both sides come back."""
 
 _ROLES = ("system", "user", "assistant")
 
