@@ -173,3 +173,9 @@ def test_a_context_without_passages_is_certain_and_scores_zero_either_way():
         result = scorer.run(**run, ground_truth=EINSTEIN)
         assert result.score == 0.0
         assert result.axes == {"recall": 0.0, "recall_soft": 0.0}
+
+
+@pytest.mark.parametrize("true_p", [-0.1, 1.5])
+def test_the_scripted_probability_is_checked(true_p):
+    with pytest.raises(ValueError, match=r"^true_p must be in \[0, 1\] or None, got "):
+        ScriptedEngine(true_p=true_p)

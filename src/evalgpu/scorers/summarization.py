@@ -211,8 +211,8 @@ def match_coverage(questions: list[str], verdicts: list[CoverageVerdict]) -> lis
 
     The schema takes exactly one verdict per question, so the counts match; were they to
     differ (an engine that returns an unvalidated reply), a missing verdict counts as not
-    answered and extra verdicts are ignored (docs/SEMANTICS.md §1). Each entry carries the question as
-    it was asked, not the judge's copy of it.
+    answered and extra verdicts are ignored (docs/SEMANTICS.md §1.2). Each entry carries the
+    question as it was asked, not the judge's copy of it.
     """
     entries = []
     for i, question in enumerate(questions):
