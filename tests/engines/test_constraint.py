@@ -128,3 +128,29 @@ def test_a_token_the_mask_forbids_is_refused(grammars, tokenizer):
     (token,) = tokenizer("x", add_special_tokens=False)["input_ids"]
     with pytest.raises(ValueError, match=f"^token {token} rejected"):
         constraint.advance(token)
+
+
+@pytest.mark.slow
+def test_the_default_judge_compiles_a_schema_at_once_and_answers_validly():
+    # Guards against an eager compile: outlines-core's index of `Alignment` took 114 s and
+    # 7.1 GB on this 151k-token vocabulary; llguidance's takes milliseconds. The bound is
+    # thousands of times the expected time, so that only a return to an eager compile fails.
+    import time
+
+    folder = models_dir() / "qwen2.5-coder-1.5b-instruct"
+    if not (folder / "config.json").is_file():
+        pytest.skip(f"no model in {folder}")
+    from evalgpu.engines.transformers import TransformersEngine
+    from evalgpu.scorers.summarization import questions_request
+
+    engine = TransformersEngine(str(folder), dtype="bfloat16", batch_size=1)
+    engine.grammars()  # the vocabulary, once per engine
+    started = time.monotonic()
+    engine.index(Alignment)
+    assert time.monotonic() - started < 5.0
+
+    source = "The Golden Gate Bridge opened in May 1937. Joseph Strauss was its chief engineer."
+    (reply,) = engine.generate([questions_request(source, 2)])
+    assert reply.error is None, reply.error
+    assert reply.finish_reason == "stop"
+    assert 1 <= len(reply.parsed.questions) <= 2
