@@ -99,6 +99,18 @@ def test_a_slot_that_reaches_max_tokens_is_cut():
     assert slot.finish == "length" and slot.text_tokens == [10, 11]
 
 
+class RefusingConstraint:
+    def advance(self, token: int) -> None:
+        raise ValueError(f"token {token} rejected: lexer fuel exhausted")
+
+
+def test_a_slot_whose_constraint_fails_ends_with_the_reason():
+    slot = Slot(at=0, max_tokens=8, constraint=RefusingConstraint(), prompt_tokens=5)
+    slot.take(10, eos_ids={2})
+    assert slot.finish == "error"
+    assert slot.error == "token 10 rejected: lexer fuel exhausted"
+
+
 def _cache(rows: int, length: int, value: float):
     import torch
     from transformers import DynamicCache

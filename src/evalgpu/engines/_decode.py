@@ -115,7 +115,10 @@ class Slot:
     tokens: list[int] = field(default_factory=list)
     """Generated ids, the end token included (it counts as output, as in vLLM)."""
     finish: str | None = None
-    """None while decoding, then "stop" (an end token) or "length" (`max_tokens` reached)."""
+    """None while decoding, then "stop" (an end token), "length" (`max_tokens` reached) or
+    "error" (the constraint failed: `error`)."""
+    error: str | None = None
+    """Why the constraint refused the chosen token (a grammar limit): only this row fails."""
     true_probs: list[float] = field(default_factory=list)
     """p(true) at each boolean verdict chosen so far, in order (see the module docstring)."""
 
@@ -125,7 +128,11 @@ class Slot:
         if token in eos_ids:
             self.finish = "stop"
             return
-        self.constraint.advance(token)
+        try:
+            self.constraint.advance(token)
+        except ValueError as exc:  # only when no token was allowed: the mask was all zeros
+            self.finish, self.error = "error", str(exc)
+            return
         if len(self.tokens) >= self.max_tokens:
             self.finish = "length"
 

@@ -164,6 +164,19 @@ class TransformersEngine:
         fitting = [i for i, reply in enumerate(replies) if reply is None]
         for slot in self._decode([requests[i] for i in fitting], [encoded[i] for i in fitting]):
             i = fitting[slot.at]
+            if slot.error is not None:
+                message = f"constrained decoding failed: {slot.error}"
+                replies[i] = JudgeReply(
+                    None,
+                    "",
+                    slot.prompt_tokens,
+                    len(slot.tokens),
+                    slot.cached,
+                    "error",
+                    message,
+                    "engine",
+                )
+                continue
             replies[i] = reply_from_text(
                 requests[i],
                 self.tokenizer.decode(slot.text_tokens, skip_special_tokens=False),
