@@ -58,9 +58,14 @@ class Constraint:
         `bitmask` is an int32 CPU tensor of shape (rows, ceil(vocabulary / 32)): token `t` is
         allowed when bit `t % 32` of word `t // 32` is set.
         """
-        from llguidance.torch import fill_next_token_bitmask
+        import torch
 
-        fill_next_token_bitmask(self._matcher, bitmask, row)
+        words = bitmask[row]
+        if words.dtype != torch.int32 or words.device.type != "cpu" or not words.is_contiguous():
+            raise ValueError("the bitmask must be a contiguous int32 CPU tensor")
+        # What `llguidance.torch.fill_next_token_bitmask` does, without importing that module:
+        # its import compiles a torch kernel we do not use (about 1 s, in the first step).
+        self._matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * 4)
 
     def advance(self, token: int) -> None:
         """Consume the chosen token.
