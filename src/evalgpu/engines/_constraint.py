@@ -17,11 +17,12 @@ a millisecond per row and step (measured numbers: docs/SCHEMAS.md). The engine d
 directly: outlines' own llguidance backend is a logits processor for outlines' generation loop,
 while this loop constrains each row of a continuous batch on its own.
 
-The grammar is the one outlines-core built from the same schema: JSON with at most one space
+The grammar follows the regex outlines-core built from the same schema: JSON with at most one space
 where JSON allows whitespace (`[ ]?`, never a newline: a judge cannot pad a reply with
-whitespace), string escapes limited to `\\" \\\\ \\/ \\b \\f \\n \\r \\t`, and every bound of the
-schema enforced (`minLength`/`maxLength`, `minItems`/`maxItems`, `enum`). Once the value is
-complete only an end token may follow; the end tokens are the engine's.
+whitespace), string escapes `\\" \\\\ \\b \\f \\n \\r \\t` (not `\\u` nor `\\/`), and every
+bound of the schema enforced (`minLength`/`maxLength`, `minItems`/`maxItems`, `enum`). Once
+the value is complete only an end token may follow; the end tokens are the engine's. Where the
+grammar forces text (a property name), llguidance allows only its canonical tokenization.
 """
 
 from __future__ import annotations

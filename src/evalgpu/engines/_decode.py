@@ -17,9 +17,10 @@ that had finished (measured: 494 steps for 1,101 useful tokens in a batch of 8).
 leaves the batch the step it ends and a waiting request takes its place, so every step decodes
 `batch_size` live rows while work remains, and requests of any schema share a batch: each row
 carries its own constraint (`evalgpu.engines._constraint.Constraint`: the tokens its schema
-allows next, computed lazily by llguidance). Prompts that share a prefix (one source's alignment and
-questions prompts, and every summary of that source) compute it once (`prefill_groups`): on
-a CPU, where prefill is most of the time for long sources, that is the larger saving. Token
+allows next, computed lazily by llguidance). Prompts that share a prefix (one source's
+alignment and questions prompts, and every summary of that source) compute it once
+(`prefill_groups`): on a CPU, where prefill is most of the time for long sources, that is the
+larger saving. Token
 counts and finish reasons are read from the generated ids, not estimated from text.
 
 Soft verdicts. At a step where the constraint allows only tokens that start `true`, tokens
