@@ -73,30 +73,42 @@ def test_a_group_leaves_a_token_to_compute_and_respects_the_memory_bound():
     assert [m for _, m in groups] == [[0], [1]]  # 2 * 31 tokens would exceed 40
 
 
-class FakeGuide:
+class FakeConstraint:
     def __init__(self) -> None:
         self.advanced: list[int] = []
 
-    def advance(self, token: int, return_tokens: bool = False) -> None:
+    def advance(self, token: int) -> None:
         self.advanced.append(token)
 
 
 def test_a_slot_stops_at_an_end_token_which_counts_as_output_but_not_text():
-    slot = Slot(at=0, max_tokens=8, guide=FakeGuide(), prompt_tokens=5)
+    slot = Slot(at=0, max_tokens=8, constraint=FakeConstraint(), prompt_tokens=5)
     for token in (10, 11, 2):
         slot.take(token, eos_ids={2})
     assert slot.finish == "stop"
     assert slot.tokens == [10, 11, 2] and slot.text_tokens == [10, 11]
-    assert slot.guide.advanced == [10, 11]
+    assert slot.constraint.advanced == [10, 11]
 
 
 def test_a_slot_that_reaches_max_tokens_is_cut():
-    slot = Slot(at=0, max_tokens=2, guide=FakeGuide(), prompt_tokens=5)
+    slot = Slot(at=0, max_tokens=2, constraint=FakeConstraint(), prompt_tokens=5)
     slot.take(10, eos_ids={2})
     assert slot.finish is None
     assert slot.position == 5  # the first reply token sits right after the 5 prompt tokens
     slot.take(11, eos_ids={2})
     assert slot.finish == "length" and slot.text_tokens == [10, 11]
+
+
+class RefusingConstraint:
+    def advance(self, token: int) -> None:
+        raise ValueError(f"token {token} rejected: lexer fuel exhausted")
+
+
+def test_a_slot_whose_constraint_fails_ends_with_the_reason():
+    slot = Slot(at=0, max_tokens=8, constraint=RefusingConstraint(), prompt_tokens=5)
+    slot.take(10, eos_ids={2})
+    assert slot.finish == "error"
+    assert slot.error == "token 10 rejected: lexer fuel exhausted"
 
 
 def _cache(rows: int, length: int, value: float):
@@ -114,9 +126,9 @@ def test_rows_join_left_padded_and_leave_with_their_padding_cut():
     import torch
 
     batch = KVBatch()
-    old = [Slot(at=i, max_tokens=9, guide=FakeGuide(), prompt_tokens=3) for i in range(2)]
+    old = [Slot(at=i, max_tokens=9, constraint=FakeConstraint(), prompt_tokens=3) for i in range(2)]
     batch.join(old, _cache(2, 3, 1.0), torch.ones(2, 3, dtype=torch.long))
-    new = [Slot(at=2, max_tokens=9, guide=FakeGuide(), prompt_tokens=5)]
+    new = [Slot(at=2, max_tokens=9, constraint=FakeConstraint(), prompt_tokens=5)]
     batch.join(new, _cache(1, 5, 2.0), torch.ones(1, 5, dtype=torch.long))
     assert len(batch) == 3
     assert batch.mask.tolist() == [[0, 0, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
@@ -295,8 +307,6 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
     import torch
 
     engine = smollm2
-    from outlines_core import Guide
-    from outlines_core.kernels.torch import fill_next_token_bitmask
 
     questions = ["Did the bridge open in 1937?", "Was Joseph Strauss the chief engineer?"]
     request = coverage_request(SUMMARY, questions)
@@ -314,10 +324,11 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
     assert slot.true_probs == ps
     size = engine.model.get_output_embeddings().weight.shape[0]
     is_true, is_false, is_other = literal_masks(engine.tokenizer, size)
-    guide, ids, recomputed = Guide(engine.index(request.schema)), list(prompt), []
+    grammars = engine.grammars()
+    constraint, ids, recomputed = grammars.start(request.schema), list(prompt), []
     for token in slot.text_tokens:
-        words = torch.zeros((1, (size + 31) // 32), dtype=torch.int32)
-        fill_next_token_bitmask(guide, words)
+        words = grammars.bitmask(1)
+        constraint.allowed(words, 0)
         allowed = ((words.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).bool()
         allowed = allowed.view(-1)[:size]
         if (is_true[token] or is_false[token]) and not (allowed & is_other).any():
@@ -326,7 +337,7 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
             probs = torch.softmax(logits.double(), -1)
             true, false = probs[allowed & is_true].sum(), probs[allowed & is_false].sum()
             recomputed.append((float(true / (true + false)), float(false / (true + false))))
-        guide.advance(token, return_tokens=False)
+        constraint.advance(token)
         ids.append(token)
     # A fresh forward pass is not the engine's cached, batched one: in float32 they agree to
     # about 1e-6; the tolerance leaves room for a model computed in bfloat16.

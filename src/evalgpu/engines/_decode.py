@@ -16,9 +16,11 @@ reply ends, so a batch of judge replies of 40 to 1,500 tokens spent most of its 
 that had finished (measured: 494 steps for 1,101 useful tokens in a batch of 8). Here a row
 leaves the batch the step it ends and a waiting request takes its place, so every step decodes
 `batch_size` live rows while work remains, and requests of any schema share a batch: each row
-carries its own outlines guide. Prompts that share a prefix (one source's alignment and
-questions prompts, and every summary of that source) compute it once (`prefill_groups`): on
-a CPU, where prefill is most of the time for long sources, that is the larger saving. Token
+carries its own constraint (`evalgpu.engines._constraint.Constraint`: the tokens its schema
+allows next, computed lazily by llguidance). Prompts that share a prefix (one source's
+alignment and questions prompts, and every summary of that source) compute it once
+(`prefill_groups`): on a CPU, where prefill is most of the time for long sources, that is the
+larger saving. Token
 counts and finish reasons are read from the generated ids, not estimated from text.
 
 Soft verdicts. At a step where the constraint allows only tokens that start `true`, tokens
@@ -35,9 +37,14 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from evalgpu.engines._parse import literal_class
+
+if TYPE_CHECKING:
+    from evalgpu.engines._constraint import Constraint, Grammars
 
 __all__ = ["Decoder", "KVBatch", "Slot", "literal_masks", "prefill_groups", "shared_prefix"]
 
@@ -101,15 +108,18 @@ class Slot:
     at: int
     """The request's index in the wave."""
     max_tokens: int
-    guide: Any
-    """The outlines-core `Guide` of the request's schema: the tokens allowed next."""
+    constraint: Constraint
+    """The request's schema, as a constraint: the tokens allowed next."""
     prompt_tokens: int
     cached: int = 0
     """Prompt tokens not computed for this request: a prefix shared with an earlier one."""
     tokens: list[int] = field(default_factory=list)
     """Generated ids, the end token included (it counts as output, as in vLLM)."""
     finish: str | None = None
-    """None while decoding, then "stop" (an end token) or "length" (`max_tokens` reached)."""
+    """None while decoding, then "stop" (an end token), "length" (`max_tokens` reached) or
+    "error" (the constraint failed: `error`)."""
+    error: str | None = None
+    """Why the constraint refused the chosen token (a grammar limit): only this row fails."""
     true_probs: list[float] = field(default_factory=list)
     """p(true) at each boolean verdict chosen so far, in order (see the module docstring)."""
 
@@ -119,7 +129,11 @@ class Slot:
         if token in eos_ids:
             self.finish = "stop"
             return
-        self.guide.advance(token, return_tokens=False)
+        try:
+            self.constraint.advance(token)
+        except ValueError as exc:  # only when no token was allowed: the mask was all zeros
+            self.finish, self.error = "error", str(exc)
+            return
         if len(self.tokens) >= self.max_tokens:
             self.finish = "length"
 
@@ -254,6 +268,7 @@ class Decoder:
     Args:
         model: a transformers causal LM (its forward pass is all that is used).
         tokenizer: its tokenizer (left padding; `pad` builds the prefill batches).
+        grammars: the compiled grammars of the schemas, over the model's vocabulary.
         device: where the model's inputs go.
         eos_ids: token ids that end a reply.
         cache_arg: the name of the forward pass's KV-cache argument and output.
@@ -267,6 +282,7 @@ class Decoder:
         self,
         model: Any,
         tokenizer: Any,
+        grammars: Grammars,
         *,
         device: str,
         eos_ids: set[int],
@@ -278,6 +294,7 @@ class Decoder:
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.grammars = grammars
         self.device = device
         self.eos_ids = eos_ids
         self.cache_arg = cache_arg
@@ -287,9 +304,12 @@ class Decoder:
         self.literals = literals
 
     def run(
-        self, encoded: list[list[int]], max_tokens: list[int], indexes: list[Any]
+        self,
+        encoded: list[list[int]],
+        max_tokens: list[int],
+        schemas: Sequence[type[BaseModel]],
     ) -> list[Slot]:
-        """Decode every prompt of `encoded` under its outlines-core index; the finished slots.
+        """Decode every prompt of `encoded` constrained by its schema; the finished slots.
 
         Each iteration either admits waiting requests (a prefill per `prefill_groups` group;
         their first tokens come from it) or decodes one token for every row. Admission waits
@@ -309,7 +329,7 @@ class Decoder:
                 if waiting and free >= min(admit_at, len(waiting)):
                     take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
                     for prefix, group in prefill_groups(encoded, take, self.prefill_tokens):
-                        self._admit(batch, group, prefix, encoded, max_tokens, indexes)
+                        self._admit(batch, group, prefix, encoded, max_tokens, schemas)
                 else:
                     self._step(batch)
                 done += batch.drop_finished()
@@ -322,7 +342,7 @@ class Decoder:
         prefix: int,
         encoded: list[list[int]],
         max_tokens: list[int],
-        indexes: list[Any],
+        schemas: Sequence[type[BaseModel]],
     ) -> None:
         """Prefill `group`'s prompts, choose their first tokens, and add them to the batch.
 
@@ -331,7 +351,6 @@ class Decoder:
         padding sits between the prefix and the remainder, masked, and position ids skip it).
         """
         import torch
-        from outlines_core import Guide  # type: ignore[import-untyped]
 
         cached: dict[str, Any] = {}
         if prefix:
@@ -357,7 +376,7 @@ class Decoder:
             Slot(
                 at=i,
                 max_tokens=max_tokens[i],
-                guide=Guide(indexes[i]),
+                constraint=self.grammars.start(schemas[i]),
                 prompt_tokens=len(encoded[i]),
                 cached=prefix if n else 0,  # the first member paid for the prefix
             )
@@ -390,13 +409,10 @@ class Decoder:
         Where a row chooses a boolean verdict, its p(true) is recorded first (`_read_p`).
         """
         import torch
-        from outlines_core.kernels.torch import (  # type: ignore[import-untyped]
-            fill_next_token_bitmask,
-        )
 
-        words = torch.zeros((len(slots), (logits.shape[-1] + 31) // 32), dtype=torch.int32)
+        words = self.grammars.bitmask(len(slots))
         for row, slot in enumerate(slots):
-            fill_next_token_bitmask(slot.guide, words[row : row + 1])
+            slot.constraint.allowed(words, row)
         shifts = torch.arange(32, dtype=torch.int32)
         allowed = ((words.unsqueeze(-1) >> shifts) & 1).bool().view(len(slots), -1)
         allowed = allowed[:, : logits.shape[-1]].to(logits.device)

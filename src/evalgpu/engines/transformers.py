@@ -1,10 +1,13 @@
-"""The transformers engine: outlines-constrained decoding over a transformers model (CPU default).
+"""The transformers engine: constrained decoding over a transformers model (CPU default).
 
 A thin adapter, like outlines' own backend files: `chat_for` (the chat a model's template can
 take), and `TransformersEngine`, which loads the model and tokenizer, renders and tokenizes the
 prompts, refuses those over the context length, hands the rest to the decode loop
-(`evalgpu.engines._decode`: continuous batching, shared-prefix prefill, one outlines guide per
+(`evalgpu.engines._decode`: continuous batching, shared-prefix prefill, one constraint per
 row) and turns the finished slots into replies with `reply_from_text`, like every engine.
+The constraints come from llguidance (`evalgpu.engines._constraint`), the grammar engine of
+outlines' llguidance backend, driven directly: it compiles a schema lazily, in milliseconds,
+where outlines-core's eager index took minutes and gigabytes on a 151k-token vocabulary.
 Soft verdicts: the loop records p(true) where a row chooses a boolean verdict, and the reply
 attaches it to the parsed verdicts (`evalgpu.verdicts.attach_p`).
 """
@@ -12,12 +15,12 @@ attaches it to the parsed verdicts (`evalgpu.verdicts.attach_p`).
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Sequence
 from typing import Any, cast
 
 from pydantic import BaseModel
 
+from evalgpu.engines._constraint import Grammars
 from evalgpu.engines._decode import Decoder, Slot, literal_masks
 from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
@@ -44,7 +47,7 @@ def chat_for(messages: list[dict[str, str]], system_role: bool) -> list[dict[str
 
 
 class TransformersEngine:
-    """Judge engine over a transformers causal LM, decoding constrained by outlines.
+    """Judge engine over a transformers causal LM, decoding constrained by llguidance.
 
     Args:
         model_path: a transformers model folder (see `evalgpu.models.resolve_model`).
@@ -76,9 +79,7 @@ class TransformersEngine:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        import outlines
         import torch
-        from outlines.backends.outlines_core import OutlinesCoreBackend
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -104,11 +105,6 @@ class TransformersEngine:
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {self.tokenizer.eos_token_id, *(e for e in eos if e is not None)}
         self.system_role = self._template_keeps_system()
-        # One vocabulary for every schema; one compiled index per schema, reused.
-        self._vocabulary = OutlinesCoreBackend(
-            outlines.from_transformers(self.model, self.tokenizer)
-        ).vocabulary
-        self._indexes: dict[type[BaseModel], Any] = {}
         # transformers 5.x renamed `past_key_values` to `cache` (the old name still works,
         # with a warning).
         params = inspect.signature(self.model.forward).parameters
@@ -132,17 +128,21 @@ class TransformersEngine:
             )
         )
 
-    def index(self, schema: type[BaseModel]) -> Any:
-        """The outlines-core index of `schema` (tokens allowed per state), built on first use."""
-        if schema not in self._indexes:
-            from outlines_core import Index  # type: ignore[import-untyped]
-            from outlines_core.json_schema import (  # type: ignore[import-untyped]
-                build_regex_from_schema,
-            )
+    def grammars(self) -> Grammars:
+        """The engine's vocabulary for constraints (`Grammars`), built on first use (~1-2 s)."""
+        grammars = self.__dict__.get("_grammars")
+        if grammars is None:
+            size = self.model.get_output_embeddings().weight.shape[0]
+            grammars = self.__dict__["_grammars"] = Grammars(self.tokenizer, size, self.eos_ids)
+        return cast(Grammars, grammars)
 
-            regex = build_regex_from_schema(json.dumps(schema.model_json_schema()))
-            self._indexes[schema] = Index(regex, self._vocabulary)
-        return self._indexes[schema]
+    def index(self, schema: type[BaseModel]) -> str:
+        """The compiled grammar of `schema` (llguidance), built on first use in milliseconds.
+
+        Raises:
+            ValueError: the schema does not compile.
+        """
+        return self.grammars().grammar(schema)
 
     def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
         """Answer every request, in order (see the module docstring for how it batches)."""
@@ -164,6 +164,19 @@ class TransformersEngine:
         fitting = [i for i, reply in enumerate(replies) if reply is None]
         for slot in self._decode([requests[i] for i in fitting], [encoded[i] for i in fitting]):
             i = fitting[slot.at]
+            if slot.error is not None:
+                message = f"constrained decoding failed: {slot.error}"
+                replies[i] = JudgeReply(
+                    None,
+                    "",
+                    slot.prompt_tokens,
+                    len(slot.tokens),
+                    slot.cached,
+                    "error",
+                    message,
+                    "engine",
+                )
+                continue
             replies[i] = reply_from_text(
                 requests[i],
                 self.tokenizer.decode(slot.text_tokens, skip_special_tokens=False),
@@ -189,6 +202,7 @@ class TransformersEngine:
         decoder = Decoder(
             self.model,
             self.tokenizer,
+            self.grammars(),
             device=self.device,
             eos_ids=self.eos_ids,
             cache_arg=self._cache_arg,
@@ -199,6 +213,6 @@ class TransformersEngine:
             if any(has_soft_verdicts(r.schema) for r in requests)
             else None,
         )
-        return decoder.run(
-            encoded, [r.max_tokens for r in requests], [self.index(r.schema) for r in requests]
-        )
+        for request in requests:
+            self.index(request.schema)  # a schema that does not compile fails before decoding
+        return decoder.run(encoded, [r.max_tokens for r in requests], [r.schema for r in requests])
