@@ -1,0 +1,158 @@
+"""What the transformers engine computes in: chosen by what the CPU has, or forced.
+
+Three computes on a CPU, measured on a 2-core AMD EPYC (docs/BENCHMARKS.md, "CPU engine
+speed"):
+
+- **bfloat16**: the weights as stored; fast where the CPU multiplies bfloat16 natively
+  (AVX512-BF16 or AMX), slow where it would be emulated;
+- **int8**: every Linear of the body quantized dynamically to int8 (`torch.ao`, per output
+  channel), activations quantized per batch; fbgemm kernels need AVX2;
+- **float32**: the reference, and the fallback.
+
+Whatever the body computes in, the last projection (`lm_head`) and the final norm compute in
+float32: in bfloat16, logits carry about 3 significant digits, so the probabilities of two
+verdict tokens ("true"/"false") tie, and they are what soft verdicts are made of.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any, cast
+
+__all__ = [
+    "COMPUTES",
+    "DEFAULT_THREADS",
+    "choose_cpu_compute",
+    "cpu_flags",
+    "load_model",
+    "resolve_compute",
+]
+
+COMPUTES = ("auto", "bfloat16", "int8", "float32")
+"""The values of the engine's `compute` option."""
+
+DEFAULT_THREADS = 1
+"""Torch threads on a CPU: one, robust on a shared machine (see docs/BENCHMARKS.md)."""
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags (`flags` line of /proc/cpuinfo), or none where it is unreadable."""
+    try:
+        with cpuinfo.open() as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def choose_cpu_compute(flags: Collection[str]) -> tuple[str, str]:
+    """The compute for a CPU with these flags, and why (a few words for the load note).
+
+    bfloat16 where the CPU multiplies it natively; else int8 where fbgemm's kernels run
+    (AVX2); else float32. On the measured machine, bfloat16 and int8 were both about twice
+    as fast as float32 (see the module docstring for where the figures are).
+    """
+    if "amx_bf16" in flags:
+        return "bfloat16", "the CPU has AMX-BF16"
+    if "avx512_bf16" in flags:
+        return "bfloat16", "the CPU has AVX512-BF16"
+    if "avx2" in flags:
+        return "int8", "the CPU has AVX2 but no native bfloat16"
+    return "float32", "the CPU has neither native bfloat16 nor AVX2"
+
+
+def resolve_compute(compute: str, dtype: str | None, device: str) -> tuple[str, str]:
+    """The compute to load (a torch dtype name, or "int8") and why, for the engine's options.
+
+    Raises:
+        ValueError: int8 asked for on another device than the CPU.
+    """
+    if compute != "auto":
+        if compute == "int8" and device != "cpu":
+            raise ValueError(f"compute='int8' runs on a CPU only, got device={device!r}")
+        return compute, "asked for"
+    if dtype not in (None, "auto"):
+        return str(dtype), "the dtype asked for"
+    if device != "cpu":
+        return "bfloat16", f"the default on {device}"
+    return choose_cpu_compute(cpu_flags() or _flags_from_torch())
+
+
+def _flags_from_torch() -> frozenset[str]:
+    """Where /proc/cpuinfo is missing: what torch's own CPU dispatch found (no bfloat16 news)."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    return frozenset({"avx2"}) if capability in ("AVX2", "AVX512") else frozenset()
+
+
+def load_model(model_path: str, compute: str, device: str, dtype: Any) -> Any:
+    """Load the model for `compute` ("bfloat16", "int8", "float32", or a torch dtype name).
+
+    Args:
+        model_path: a transformers model folder.
+        compute: the resolved compute (not "auto").
+        device: where the model runs.
+        dtype: the torch dtype of the body for computes other than int8.
+
+    Returns:
+        The model, in eval mode on `device`, with a float32 head.
+    """
+    from transformers import AutoModelForCausalLM
+
+    auto: Any = AutoModelForCausalLM
+    if compute == "int8":
+        # Loaded in the stored dtype, then quantized one Linear at a time: a float32 copy of
+        # the whole model (7 GB for 1.5B parameters) never exists.
+        model = auto.from_pretrained(model_path, dtype="auto")
+        _untie_head(model)
+        _quantize_linears(model)
+        model.float()  # embeddings and norms: float32 (quantized modules ignore it)
+    else:
+        model = auto.from_pretrained(model_path, dtype=dtype)
+        _untie_head(model)
+    _float32_head(model)
+    return model.to(device).eval()
+
+
+def _untie_head(model: Any) -> None:
+    """Give `lm_head` its own weight when it shares the embeddings' (it becomes float32)."""
+    import torch
+
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and head.weight is embed.weight:
+        head.weight = torch.nn.Parameter(embed.weight.detach().clone(), requires_grad=False)
+        model.config.tie_word_embeddings = False
+
+
+def _float32_head(model: Any) -> None:
+    """The final norm and `lm_head` in float32, fed float32: logits with float32 precision."""
+
+    def to_float32(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (args[0].float(), *args[1:])
+
+    head = model.get_output_embeddings()
+    head.float()
+    head.register_forward_pre_hook(to_float32)
+    norm = getattr(getattr(model, "model", None), "norm", None)
+    if norm is not None:  # Llama-like models: the norm's output rounds to the body's dtype
+        norm.float()
+        norm.register_forward_pre_hook(to_float32)
+
+
+def _quantize_linears(model: Any) -> None:
+    """Every Linear but `lm_head` replaced by a dynamic int8 Linear (per-channel weights)."""
+    import torch
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    head = model.get_output_embeddings()
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear) and child is not head:
+                linear: Any = child.float()
+                linear.qconfig = per_channel_dynamic_qconfig
+                setattr(parent, name, cast(Any, DynamicLinear).from_float(linear))
