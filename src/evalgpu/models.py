@@ -82,7 +82,7 @@ class Preset:
     max_model_len: int
     """The context length the engines are given (prompt plus reply, in tokens)."""
     dtype: str = "auto"
-    """Recommended weight dtype; "auto" lets the engine choose (float32 on CPU, bfloat16 on GPU)."""
+    """Recommended weight dtype; "auto" lets the engine choose (on a CPU by what it supports)."""
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict)
     """Engine options for every backend (such as `chat_template_kwargs`)."""

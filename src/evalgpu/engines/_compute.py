@@ -1,13 +1,16 @@
 """What the transformers engine computes in: chosen by what the CPU has, or forced.
 
-Three computes on a CPU, measured on a 2-core AMD EPYC (docs/BENCHMARKS.md, "CPU engine
-speed"):
+Three computes on a CPU, measured on a 2-core AMD EPYC with AVX512-BF16, one thread, on
+Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
 
-- **bfloat16**: the weights as stored; fast where the CPU multiplies bfloat16 natively
-  (AVX512-BF16 or AMX), slow where it would be emulated;
-- **int8**: every Linear of the body quantized dynamically to int8 (`torch.ao`, per output
-  channel), activations quantized per batch; fbgemm kernels need AVX2;
-- **float32**: the reference, and the fallback.
+- **bfloat16**: the weights as stored. Prefill ~140 tok/s; replies identical to float32's
+  (8 of 8), 99.5 % of next-token choices the same. Native where the CPU has AVX512-BF16 or
+  AMX; elsewhere it would be emulated (not measured);
+- **int8**: every Linear of the body quantized dynamically (`torch.ao`, int8 weights per
+  output channel, activations per batch; fbgemm kernels, AVX2). Twice bfloat16's speed here, but
+  lossy: 7 of 8 replies differ from float32's, 22 % of next-token choices. Only on request;
+- **float32**: the reference, and the fallback. Slow on this AMD CPU (prefill 22-38 tok/s:
+  its float32 matmuls do not take an AVX-512 path; other CPUs not measured).
 
 Whatever the body computes in, the last projection (`lm_head`) and the final norm compute in
 float32: in bfloat16, logits carry about 3 significant digits, so the probabilities of two
@@ -33,7 +36,11 @@ COMPUTES = ("auto", "bfloat16", "int8", "float32")
 """The values of the engine's `compute` option."""
 
 DEFAULT_THREADS = 1
-"""Torch threads on a CPU: one, robust on a shared machine (see docs/BENCHMARKS.md)."""
+"""Torch threads on a CPU. Measured on 2 cores (bfloat16, a wave of 8 requests): 1 thread
+10.4 output tok/s alone and 8.4 beside a busy process; 2 threads 7.3 with other jobs on the
+machine and 1.4 beside a busy process (their barriers wait for the busy core). One thread
+loses little on a quiet machine and never collapses on a shared one; pass `threads=` on a
+machine of your own."""
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
@@ -51,17 +58,15 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 def choose_cpu_compute(flags: Collection[str]) -> tuple[str, str]:
     """The compute for a CPU with these flags, and why (a few words for the load note).
 
-    bfloat16 where the CPU multiplies it natively; else int8 where fbgemm's kernels run
-    (AVX2); else float32. On the measured machine, bfloat16 and int8 were both about twice
-    as fast as float32 (see the module docstring for where the figures are).
+    bfloat16 where the CPU multiplies it natively (AMX or AVX512-BF16), else float32: int8 is
+    faster but changes most replies (see the module docstring), so it is never chosen for a
+    user; `compute="int8"` asks for it.
     """
     if "amx_bf16" in flags:
         return "bfloat16", "the CPU has AMX-BF16"
     if "avx512_bf16" in flags:
         return "bfloat16", "the CPU has AVX512-BF16"
-    if "avx2" in flags:
-        return "int8", "the CPU has AVX2 but no native bfloat16"
-    return "float32", "the CPU has neither native bfloat16 nor AVX2"
+    return "float32", "the CPU has no native bfloat16"
 
 
 def resolve_compute(compute: str, dtype: str | None, device: str) -> tuple[str, str]:
@@ -82,14 +87,19 @@ def resolve_compute(compute: str, dtype: str | None, device: str) -> tuple[str, 
 
 
 def _flags_from_torch() -> frozenset[str]:
-    """Where /proc/cpuinfo is missing: what torch's own CPU dispatch found (no bfloat16 news)."""
+    """Where /proc/cpuinfo is missing: torch's own check for native bfloat16 (oneDNN's)."""
     import torch
 
-    capability = torch.backends.cpu.get_cpu_capability()
-    return frozenset({"avx2"}) if capability in ("AVX2", "AVX512") else frozenset()
+    try:
+        native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a build without oneDNN
+        native = False
+    return frozenset({"avx512_bf16"}) if native else frozenset()
 
 
-def load_model(model_path: str, compute: str, device: str, dtype: Any) -> Any:
+def load_model(
+    model_path: str, compute: str, device: str, dtype: Any, attn_implementation: str | None = None
+) -> Any:
     """Load the model for `compute` ("bfloat16", "int8", "float32", or a torch dtype name).
 
     Args:
@@ -97,6 +107,7 @@ def load_model(model_path: str, compute: str, device: str, dtype: Any) -> Any:
         compute: the resolved compute (not "auto").
         device: where the model runs.
         dtype: the torch dtype of the body for computes other than int8.
+        attn_implementation: transformers' attention ("sdpa", "eager"; None: its default).
 
     Returns:
         The model, in eval mode on `device`, with a float32 head.
@@ -107,12 +118,16 @@ def load_model(model_path: str, compute: str, device: str, dtype: Any) -> Any:
     if compute == "int8":
         # Loaded in the stored dtype, then quantized one Linear at a time: a float32 copy of
         # the whole model (7 GB for 1.5B parameters) never exists.
-        model = auto.from_pretrained(model_path, dtype="auto")
+        model = auto.from_pretrained(
+            model_path, dtype="auto", attn_implementation=attn_implementation
+        )
         _untie_head(model)
         _quantize_linears(model)
         model.float()  # embeddings and norms: float32 (quantized modules ignore it)
     else:
-        model = auto.from_pretrained(model_path, dtype=dtype)
+        model = auto.from_pretrained(
+            model_path, dtype=dtype, attn_implementation=attn_implementation
+        )
         _untie_head(model)
     _float32_head(model)
     return model.to(device).eval()
@@ -150,9 +165,13 @@ def _quantize_linears(model: Any) -> None:
     from torch.ao.quantization import per_channel_dynamic_qconfig
 
     head = model.get_output_embeddings()
-    for parent in list(model.modules()):
+    # Parents only: a list holding the Linear modules themselves would keep every float32
+    # copy alive until the end (measured: 9.1 GB peak instead of 6).
+    parents = [m for m in model.modules() if any(type(c) is torch.nn.Linear for c in m.children())]
+    for parent in parents:
         for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear) and child is not head:
+            if type(child) is torch.nn.Linear and child is not head:
                 linear: Any = child.float()
                 linear.qconfig = per_channel_dynamic_qconfig
                 setattr(parent, name, cast(Any, DynamicLinear).from_float(linear))
+                del child, linear

@@ -235,6 +235,8 @@ class TransformersEngine:
             CUDA, the CPU's choice on a CPU); a preset's `dtype` (such as "bfloat16" for the
             7B models on a GPU) arrives here.
         threads: torch threads on a CPU (None: the measured default, `DEFAULT_THREADS`).
+        attn_implementation: transformers' attention, "sdpa" or "eager" (None: transformers'
+            default, sdpa).
         device: "cpu", "cuda", ...; None picks CUDA when available.
         max_model_len: prompt plus reply limit in tokens (default: the model's context);
             a request over it gets an error reply instead of a crash.
@@ -255,6 +257,7 @@ class TransformersEngine:
         compute: str = "auto",
         dtype: str | None = None,
         threads: int | None = None,
+        attn_implementation: str | None = None,
         device: str | None = None,
         max_model_len: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
@@ -287,7 +290,13 @@ class TransformersEngine:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model: Any = load_model(self.model_path, self.compute, self.device, torch_dtype)
+        self.model: Any = load_model(
+            self.model_path,
+            self.compute,
+            self.device,
+            torch_dtype,
+            attn_implementation,
+        )
         on = f"{self.threads} thread(s)" if self.device == "cpu" else self.device
         print(
             f"evalgpu: transformers engine computes in {self.compute} ({why}), on {on}",
