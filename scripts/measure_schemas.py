@@ -5,7 +5,7 @@ Three measurements, each printed as JSON lines (one per configuration):
 - `compile`: seconds to compile each step's schema into an outlines index (the first use of a
   schema in a process), per bound setting;
 - `replies`: valid-reply rate, cut replies and output tokens per step, on real prompts built by
-  the scorers' request functions from the shared dev sets;
+  the scorers' request functions from the dev sets in benchmarks/data/ (or $EVALGPU_DATA);
 - `speed`: output tokens per second at several batch sizes (prefill included).
 
 A bound setting is `MAX_CLAIMS,CLAIM_CHARS,REASON_CHARS`: the script patches those constants
@@ -38,7 +38,9 @@ import evalgpu.verdicts as verdicts
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.scorers import context_recall, summarization
 
-DATA = Path(os.environ.get("EVALGPU_DATA", "/work/shared/data"))
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("EVALGPU_DATA", ROOT / "benchmarks" / "data"))
+"""The dev sets: the checkout's benchmarks/data/ (found from this file), or $EVALGPU_DATA."""
 BOUND_NAMES = ("MAX_CLAIMS", "CLAIM_CHARS", "REASON_CHARS")
 DUMP: Path | None = None
 
@@ -132,9 +134,10 @@ def step_requests(
     return [
         summarization.alignment_request(row["source"], row["summary"]),
         summarization.questions_request(row["source"], max_questions),
-        summarization.coverage_request(row["summary"], ["q"], max_questions),
+        # The largest coverage and attribution schemas: one verdict per question / claim.
+        summarization.coverage_request(row["summary"], ["q"] * max_questions),
         context_recall.claims_request(row["summary"]),
-        context_recall.attribution_request(["p"] * passages, ["c"]),
+        context_recall.attribution_request(["p"] * passages, ["c"] * context_recall.MAX_CLAIMS),
     ]
 
 
@@ -306,10 +309,7 @@ def cmd_replies(args: argparse.Namespace) -> None:
                 for r, q in zip(frank, replies[n:], strict=True)
                 if q.parsed is not None and q.parsed.questions
             ]
-            second = [
-                summarization.coverage_request(r["summary"], qs, args.max_questions)
-                for r, qs in asked
-            ]
+            second = [summarization.coverage_request(r["summary"], qs) for r, qs in asked]
             replies, seconds = run_step(engine, second)
             budget = second[0].max_tokens if second else 0
             lines.append(
@@ -410,6 +410,8 @@ def main() -> None:
     args = parser.parse_args()
     global DUMP
     DUMP = args.dump
+    if DUMP is not None:
+        DUMP.parent.mkdir(parents=True, exist_ok=True)
     if args.threads:
         import torch
 

@@ -67,6 +67,29 @@ def test_the_latest_outcome_wins_and_a_success_counts_once() -> None:
     assert agg.scored_total() == 2
 
 
+def test_failures_are_counted_by_their_latest_kind() -> None:
+    agg = Aggregator([S], ["d.jsonl"])
+    agg.add(rec(1, None, errorKind="engine"))
+    agg.add(rec(2, None, errorKind="too_long"))
+    agg.add(rec(3, None, errorKind="engine"))
+    agg.add(rec(1, None, errorKind="invalid_reply"))  # retried, failed another way
+    agg.add(rec(3, 0.5))  # retried: scored
+    agg.add(rec(4, None))  # written before kinds existed
+    s = agg.summary()["scorers"][S]
+    assert (s["scored"], s["failed"]) == (1, 3)
+    assert s["errors"] == {
+        "input": 0,
+        "too_long": 1,
+        "invalid_reply": 1,
+        "engine": 0,
+        "unknown": 1,
+    }
+    assert [f["errorKind"] for f in s["failures"]] == ["invalid_reply", "too_long", None]
+    text = format_report(agg.summary())
+    assert "Failed rows, summarization-scorer (1 too_long, 1 invalid_reply, 1 unknown):" in text
+    assert "  [too_long] row 2: boom" in text
+
+
 def test_several_files_are_kept_apart() -> None:
     agg = Aggregator([S], ["a.jsonl", "b.jsonl"])
     agg.add(rec(1, 0.5, file="a.jsonl"))

@@ -3,7 +3,9 @@
 import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer, run_evals
+from evalgpu.engines.base import JudgeReply
 from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.results import InputError, ScoreResult, TooLongError
 from evalgpu.runner import Runner
 
 SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
@@ -113,3 +115,77 @@ def test_run_evals_rejects_items_without_input(engine):
     result = out["items"][0]["scorer_results"]["summarization-scorer"]
     assert result.error == "item 1: an item is a dict with an 'input' key"
     assert out["scores"] == {"summarization-scorer": None}
+
+
+# Error kinds: each set where it arises
+
+
+def _steps_raising(error):
+    raise error
+    yield  # a generator: the runner records the error for the row
+
+
+def test_each_error_kind_is_set_where_it_arises():
+    def cut(request):
+        return JudgeReply(None, "{", 1, 1, 0, "length")  # cut twice: the retry is cut too
+
+    def refused(request):
+        return JudgeReply(None, "", 1, 0, 0, "error", "prompt too big", "too_long")
+
+    def unexplained(request):
+        return JudgeReply(None, "", 1, 0, 0, "error", "something went wrong")
+
+    cases = {
+        "invalid_reply": ScriptedEngine(overrides={"summarization.alignment": lambda r: "{oops"}),
+        "too_long": ScriptedEngine(overrides={"summarization.alignment": refused}),
+        "engine": Broken(),
+    }
+    for kind, engine in cases.items():
+        result = create_summarization_scorer(engine).run(input=SOURCE, output=SOURCE)
+        assert result.error is not None and result.error_kind == kind, (kind, result.error)
+    twice = create_summarization_scorer(ScriptedEngine(overrides={"summarization.questions": cut}))
+    result = twice.run(input=SOURCE, output=SOURCE)
+    assert result.error_kind == "invalid_reply" and "after one retry" in result.error
+    # An engine's error reply that does not say why counts as the engine's.
+    vague = ScriptedEngine(overrides={"summarization.questions": unexplained})
+    assert (
+        create_summarization_scorer(vague).run(input=SOURCE, output=SOURCE).error_kind == "engine"
+    )
+    rows = [
+        ("s", _steps_raising(InputError("summary: missing"))),
+        ("s", _steps_raising(TooLongError("source: too long"))),
+        ("s", _steps_raising(RecursionError("maximum recursion depth exceeded"))),
+    ]
+    results = Runner(ScriptedEngine()).run(rows)
+    assert [r.error_kind for r in results] == ["input", "too_long", "input"]
+    assert results[2].error == "RecursionError: maximum recursion depth exceeded"
+
+
+def test_the_error_kind_is_serialised_as_errorKind_and_goes_with_an_error():
+    ok = ScoreResult(scorer="s", score=1.0)
+    assert ok.error_kind is None and ok.model_dump(by_alias=True)["errorKind"] is None
+    failed = ScoreResult(scorer="s", error="row 1: boom", error_kind="engine")
+    assert failed.model_dump(by_alias=True)["errorKind"] == "engine"
+    assert ScoreResult.model_validate(failed.model_dump(by_alias=True)).error_kind == "engine"
+    # An error given without a kind is an input error (a row that could not be scored as given).
+    assert ScoreResult(scorer="s", error="item 1: target raised").error_kind == "input"
+    with pytest.raises(ValueError, match="error_kind 'engine' without an error"):
+        ScoreResult(scorer="s", score=1.0, error_kind="engine")
+    with pytest.raises(ValueError):
+        ScoreResult(scorer="s", error="x", error_kind="bogus")  # type: ignore[arg-type]
+
+
+def test_a_lone_surrogate_in_one_run_fails_that_run_not_the_wave():
+    engine = ScriptedEngine()
+    runs = [
+        {"input": SOURCE, "output": "Founded \ud800 in 1995."},
+        {"input": SOURCE, "output": SOURCE},
+    ]
+    bad, good = create_summarization_scorer(engine).run_batch(runs)
+    assert bad.error == (
+        "row 1: summarization.alignment: the prompt holds a lone surrogate (\\ud800), "
+        "which is not text"
+    )
+    assert bad.error_kind == "input"
+    assert good.error is None and good.score == 1.0
+    assert all("\ud800" not in m["content"] for r in engine.requests for m in r.messages)

@@ -108,6 +108,13 @@ def _parser() -> argparse.ArgumentParser:
         "--scale", type=float, default=1.0, metavar="X", help="scores lie in [0, X] (default: 1)"
     )
     run.add_argument(
+        "--verdicts",
+        choices=("hard", "soft"),
+        default="hard",
+        help="hard: share of true verdicts (the reference); soft: mean probability of true, "
+        "read from the judge's logits (default: hard)",
+    )
+    run.add_argument(
         "--map",
         action="append",
         default=[],
@@ -197,6 +204,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         backend=backend,
         max_questions=args.max_questions,
         scale=args.scale,
+        verdicts=args.verdicts,
         mapping=mapping,
         chunk_size=args.chunk_size,
         limit=args.limit,
@@ -220,7 +228,12 @@ def _run(args: argparse.Namespace) -> int:
             return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
         console = _Console(sys.stderr, args.progress)
         try:
-            outcome = sweep.run(engine, on_progress=console.progress, on_error=console.error)
+            outcome = sweep.run(
+                engine,
+                on_progress=console.progress,
+                on_error=console.error,
+                on_notice=console.notice,
+            )
         except KeyboardInterrupt:
             console.finish()
             print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)
@@ -249,6 +262,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     if outcome.file_errors:
         line += f"; {len(outcome.file_errors)} unreadable file(s)"
+    if outcome.repeated_ids:
+        line += f"; {_n(outcome.repeated_ids, 'row')} repeating an id (scored; see summary.json)"
     if sweep.bad_lines:
         line += f"; {sweep.bad_lines} unreadable line(s) of results.jsonl skipped"
     if outcome.total_scored == 0:
@@ -329,6 +344,10 @@ class _Console:
             return
         if self.errors == ERRORS_SHOWN + 1:
             message = "further errors are only in results.jsonl"
+        self.notice(message)
+
+    def notice(self, message: str) -> None:
+        """A line that is always shown (a file that cannot be read, a repeated id)."""
         self._clear()
         self.stream.write(f"{PROG} run: {message}\n")
         self.stream.flush()

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgpu.results import ERROR_KINDS
+
 __all__ = [
     "Aggregator",
     "format_report",
@@ -38,7 +40,11 @@ BINS = 10
 GRID = 20
 """The alignment-vs-coverage scatter bins each axis into 1/GRID steps."""
 
+# One byte per (file, row, scorer): nothing yet, scored, or failed with its error kind (a record
+# written before kinds existed is failed with none).
 _NONE, _FAILED, _SCORED = 0, 1, 2
+_KIND_STATE: dict[str, int] = {kind: 3 + i for i, kind in enumerate(ERROR_KINDS)}
+_FAILED_STATES = (_FAILED, *_KIND_STATE.values())
 
 
 def scan_results(path: Path, on_record: Callable[[dict[str, Any]], None]) -> tuple[int, int]:
@@ -132,7 +138,7 @@ class Aggregator:
         score = record.get("score")
         if record.get("error") is not None or not isinstance(score, (int, float)):
             if states[row] != _SCORED:
-                states[row] = _FAILED
+                states[row] = _KIND_STATE.get(str(record.get("errorKind")), _FAILED)
                 if len(agg.failures) < LOWEST:
                     agg.failures[(file, row)] = _brief(record)
             return
@@ -163,8 +169,22 @@ class Aggregator:
         for (_, s), states in self._state.items():
             if s == scorer:
                 scored += states.count(_SCORED)
-                failed += states.count(_FAILED)
+                failed += sum(states.count(state) for state in _FAILED_STATES)
         return scored, failed
+
+    def error_kinds(self, scorer: str) -> dict[str, int]:
+        """Failed rows of a scorer by error kind (every kind, 0 included; "unknown" only for
+        records that carry none)."""
+        found: dict[str, int] = {kind: 0 for kind in ERROR_KINDS}
+        unknown = 0
+        for (_, s), states in self._state.items():
+            if s == scorer:
+                for kind, state in _KIND_STATE.items():
+                    found[kind] += states.count(state)
+                unknown += states.count(_FAILED)
+        if unknown:
+            found["unknown"] = unknown
+        return found
 
     def scored_total(self) -> int:
         return sum(self.counts(s)[0] for s in self.scorers)
@@ -180,6 +200,7 @@ class Aggregator:
             entry: dict[str, Any] = {
                 "scored": scored,
                 "failed": failed,
+                "errors": self.error_kinds(scorer),
                 "mean": agg.total / scored if scored else None,
                 "median": _quantile(agg.scores, 0.5),
                 "percentiles": {
@@ -219,6 +240,7 @@ def _brief(record: dict[str, Any]) -> dict[str, Any]:
         "score": record.get("score"),
         "reason": reason if len(reason) <= 600 else reason[:600] + "…",
         "error": record.get("error"),
+        "errorKind": record.get("errorKind"),
     }
 
 
@@ -314,13 +336,21 @@ def format_report(summary: dict[str, Any], several_files: bool = False) -> str:
                 )
         if s["failures"]:
             more = s["failed"] - len(s["failures"])
+            kinds = ", ".join(f"{n:,} {k}" for k, n in s.get("errors", {}).items() if n)
             lines += [
                 "",
-                f"Failed rows, {scorer}" + (f" (first {len(s['failures'])}):" if more > 0 else ":"),
+                f"Failed rows, {scorer}"
+                + (f" ({kinds})" if kinds else "")
+                + (f", first {len(s['failures'])}:" if more > 0 else ":"),
             ]
             for item in s["failures"]:
-                lines.append(f"  {_first_line(item['error'] or '', 200)}")
+                lines.append(f"  {_failure(item)}")
     return "\n".join(lines)
+
+
+def _failure(item: dict[str, Any]) -> str:
+    kind = f"[{item['errorKind']}] " if item.get("errorKind") else ""
+    return kind + _first_line(item["error"] or "", 200)
 
 
 def _svg_histogram(hist: dict[str, Any]) -> str:
@@ -425,7 +455,7 @@ def html_report(
             body.append("</table>")
         if s["failures"]:
             body.append("<h3>Failed rows</h3><ul>")
-            body += [f"<li>{e(item['error'] or '')}</li>" for item in s["failures"]]
+            body += [f"<li>{e(_failure(item))}</li>" for item in s["failures"]]
             body.append("</ul>")
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from evalgpu.data import RowError
+from evalgpu.data import RowError, replace_surrogates
 from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.messages import (
     extract_tool_results,
@@ -27,10 +27,10 @@ from evalgpu.messages import (
     is_agent_run,
     last_assistant_text,
 )
-from evalgpu.results import InputError, Steps
+from evalgpu.results import InputError, Steps, TooLongError
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["FIELDS", "ContextCheck", "RowSteps", "row_id"]
+__all__ = ["FIELDS", "ContextCheck", "RepeatedIds", "RowSteps", "row_id"]
 
 FIELDS = ("id", "input", "output", "source", "summary", "ground_truth", "context")
 """Row fields; `--map FIELD=COLUMN` reads a field from another column."""
@@ -181,7 +181,7 @@ class ContextCheck:
         key = _TAG_FIELD.get(request.tag, "input")
         own = texts.get(key)
         size = f"{self.count(own):,} tokens" if own else "too long"
-        raise InputError(
+        raise TooLongError(
             f"{key}: {size}, too long for the judge model's context of {self.limit:,} tokens "
             f"({request.tag} needs {need:,} with its instructions and reply)"
         )
@@ -206,11 +206,20 @@ class ContextCheck:
 
 
 def row_id(record: dict[str, Any] | RowError, column: str) -> tuple[str | None, str | None]:
-    """The row's id (from `column`) as a string or None, and an error when of a wrong type."""
+    """The row's id (from `column`) as a string or None, and an error when of a wrong type.
+
+    A row that could not be read has its reader's error, and its id when the row was parsed
+    (lone surrogates in the id replaced, so that it can be written).
+    """
     if isinstance(record, RowError):
-        return None, record.message
+        ident = None
+        if record.record is not None:
+            ident, _ = row_id(record.record, column)
+        return ident, record.message
     ident = record.get(column)
-    if ident is None or isinstance(ident, str):
+    if isinstance(ident, str):
+        return replace_surrogates(ident), None
+    if ident is None:
         return ident, None
     if isinstance(ident, int) and not isinstance(ident, bool):
         return str(ident), None
@@ -231,3 +240,42 @@ def _kind(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+class RepeatedIds:
+    """Spots rows whose id an earlier row of the run already had (in any of its files).
+
+    Memory: a set of every distinct id string seen (about 60 bytes plus the id's length each;
+    some 10 MB per 100K rows), so that repeats are found exactly in one pass; rows without an
+    id are not tracked. Repeated rows are still scored: they are the user's rows.
+
+    Args:
+        examples: repeats kept (with where they are) for `summary.json`.
+    """
+
+    def __init__(self, examples: int = 10) -> None:
+        self.seen: set[str] = set()
+        self.repeated: set[str] = set()
+        self.count = 0
+        """Rows whose id was seen before (a row repeating an id twice counts twice)."""
+        self.examples: list[dict[str, Any]] = []
+        self.limit = examples
+
+    def check(self, ident: str | None, file: str, row: int) -> bool:
+        """Note the row's id; True the first time an id repeats (the time to name it)."""
+        if ident is None:
+            return False
+        if ident not in self.seen:
+            self.seen.add(ident)
+            return False
+        self.count += 1
+        if ident in self.repeated:
+            return False
+        self.repeated.add(ident)
+        if len(self.examples) < self.limit:
+            self.examples.append({"id": ident, "file": file, "row": row})
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        """`{"count": rows repeating an id, "ids": distinct ids repeated, "examples": [...]}`."""
+        return {"count": self.count, "ids": len(self.repeated), "examples": list(self.examples)}

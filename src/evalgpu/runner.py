@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
+from evalgpu.engines.base import Engine, ErrorKind, JudgeReply, JudgeRequest
 from evalgpu.results import InputError, ScoreResult, Steps, Usage
 
 __all__ = ["Runner", "WaveStats", "run_evals"]
@@ -123,10 +123,15 @@ class Runner:
                     )
                     if reply.error is not None:
                         state.steps.close()
-                        return self._fail(state, f"{request.tag}: {reply.error}", results)
+                        kind = reply.error_kind or "engine"  # the engine did not say why
+                        return self._fail(state, f"{request.tag}: {reply.error}", results, kind)
                     assert reply.parsed is not None  # no error: checked in _call
                     parsed.append(reply.parsed)
                 state.pending = state.steps.send(parsed)
+            unsendable = _unsendable(state.pending)
+            if unsendable is not None:
+                state.steps.close()
+                return self._fail(state, unsendable, results, "input")
             return True
         except StopIteration as done:
             result: ScoreResult = done.value
@@ -134,14 +139,20 @@ class Runner:
             results[state.index] = result
             return False
         except InputError as exc:
-            return self._fail(state, str(exc), results)
-        except Exception as exc:  # a user extractor or target may raise anything
-            return self._fail(state, f"{type(exc).__name__}: {exc}", results)
+            return self._fail(state, str(exc), results, exc.kind)
+        except Exception as exc:
+            # A user extractor may raise anything, and so may a row's strange values while its
+            # steps are built (a structure nested too deeply): the row, not the engine, is why.
+            return self._fail(state, f"{type(exc).__name__}: {exc}", results, "input")
 
-    def _fail(self, state: _Row, message: str, results: list[ScoreResult | None]) -> bool:
+    def _fail(
+        self, state: _Row, message: str, results: list[ScoreResult | None], kind: ErrorKind
+    ) -> bool:
         if state.label:
             message = f"{state.label}: {message}"
-        results[state.index] = ScoreResult(scorer=state.scorer, error=message, usage=state.usage)
+        results[state.index] = ScoreResult(
+            scorer=state.scorer, error=message, error_kind=kind, usage=state.usage
+        )
         return False
 
     def _answer(self, wave: list[JudgeRequest]) -> list[tuple[JudgeReply, int]]:
@@ -213,6 +224,7 @@ class Runner:
                 second.cached_tokens += first.cached_tokens
                 if second.finish_reason == "length":
                     second.error = f"reply cut at max_tokens={request.max_tokens} after one retry"
+                    second.error_kind = "invalid_reply"
                 replies[i] = second
         return replies, costs
 
@@ -222,7 +234,7 @@ class Runner:
             replies = list(self.engine.generate(requests))
         except Exception as exc:  # the engine broke on this wave: its rows fail, not the run
             message = f"engine {self.engine.name!r} failed: {type(exc).__name__}: {exc}"
-            return [JudgeReply(None, "", 0, 0, 0, "error", message) for _ in requests]
+            return [JudgeReply(None, "", 0, 0, 0, "error", message, "engine") for _ in requests]
         if len(replies) != len(requests):
             raise RuntimeError(
                 f"engine {self.engine.name!r} returned {len(replies)} replies "
@@ -231,7 +243,26 @@ class Runner:
         for request, reply in zip(requests, replies, strict=True):
             if reply.error is None and not isinstance(reply.parsed, request.schema):
                 reply.error = "engine returned no reply parsed against the schema"
+                reply.error_kind = "invalid_reply"
         return replies
+
+
+def _unsendable(requests: list[JudgeRequest]) -> str | None:
+    """Why these requests cannot go to an engine, or None: a prompt holding a lone surrogate
+    (a str that is not text) would make the tokenizer raise, failing every row of the wave."""
+    for request in requests:
+        for message in request.messages:
+            content = message["content"]
+            if content.isascii():
+                continue
+            try:
+                content.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                char = f"\\u{ord(content[exc.start]):04x}"
+                return (
+                    f"{request.tag}: the prompt holds a lone surrogate ({char}), which is not text"
+                )
+    return None
 
 
 def _free(reply: JudgeReply) -> JudgeReply:

@@ -25,14 +25,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgpu.data import FileInfo, RowError, file_format, inspect_file, read_rows
+from evalgpu.data import (
+    FileInfo,
+    RowError,
+    file_format,
+    inspect_file,
+    read_rows,
+    replace_surrogates,
+)
 from evalgpu.engines.base import Engine
 from evalgpu.report import Aggregator, scan_results
-from evalgpu.results import RESULT_VERSION, InputError, ScoreResult, Steps
-from evalgpu.rows import FIELDS, RowSteps, row_id
+from evalgpu.results import RESULT_VERSION, ErrorKind, InputError, ScoreResult, Steps
+from evalgpu.rows import FIELDS, RepeatedIds, RowSteps, row_id
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.scorers._scorer import Scorer
+from evalgpu.verdicts import VerdictMode
 
 __all__ = ["SCORERS", "ConfigError", "Outcome", "Progress", "RunSettings", "Sweep", "open_sweep"]
 
@@ -40,6 +48,9 @@ SCORERS = {"summarization": "summarization-scorer", "context-recall": "context-r
 """Scorer names on the command line -> scorer ids in records."""
 
 CONFIG_VERSION = 1
+
+IDS_NAMED = 20
+"""Repeated ids named through `on_notice`; the rest are counted in summary.json only."""
 
 
 class ConfigError(ValueError):
@@ -58,6 +69,7 @@ class RunSettings:
         backend: "auto", "vllm", "transformers", or "module:factory".
         max_questions: summarization's most coverage questions per source (>= 1).
         scale: both scorers' scale (> 0).
+        verdicts: both scorers' "hard" (the reference) or "soft" verdicts.
         mapping: field -> column, for files whose columns have other names.
         chunk_size: rows scored per engine batch and per append (>= 1).
         limit: read at most this many rows in all (None: all). Rows already scored count.
@@ -70,6 +82,7 @@ class RunSettings:
     backend: str = "auto"
     max_questions: int = 10
     scale: float = 1.0
+    verdicts: VerdictMode = "hard"
     mapping: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int = 256
     limit: int | None = None
@@ -86,6 +99,7 @@ class RunSettings:
             file_format(path)
             if not path.is_file():
                 raise ValueError(f"data file not found: {path}")
+        _check_out(self.out)
         if not self.scorers:
             raise ValueError("scorers must name at least one scorer")
         for name in self.scorers:
@@ -106,6 +120,8 @@ class RunSettings:
             isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0
         ):
             raise ValueError(f"scale must be > 0, got {self.scale!r}")
+        if self.verdicts not in ("hard", "soft"):
+            raise ValueError(f"verdicts must be 'hard' or 'soft', got {self.verdicts!r}")
         if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size!r}")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
@@ -123,6 +139,8 @@ class RunSettings:
             "options": {
                 "max_questions": self.max_questions if "summarization" in self.scorers else None,
                 "scale": float(self.scale),
+                # Only when not the default, so that folders of earlier runs keep their hash.
+                **({"verdicts": self.verdicts} if self.verdicts != "hard" else {}),
             },
             "map": dict(sorted(self.mapping.items())),
             "data": [
@@ -132,6 +150,16 @@ class RunSettings:
         }
         config["hash"] = _config_hash(config)
         return config
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an output folder that is a file, or lies under one, before anything is written."""
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is a file" if path == out else f"lies under {path}, a file"
+                raise ValueError(f"out: {out} {where}, not a folder; name a folder for the results")
+            return
 
 
 def _config_hash(config: dict[str, Any]) -> str:
@@ -187,6 +215,8 @@ class Outcome:
     total_failed: int
     file_errors: list[str]
     summary_path: Path
+    repeated_ids: int = 0
+    """Rows whose id an earlier row of the data already had (they were scored too)."""
 
 
 class Sweep:
@@ -251,19 +281,24 @@ class Sweep:
         *,
         on_progress: Callable[[Progress], None] | None = None,
         on_error: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
     ) -> Outcome:
         """Score every (row, scorer) without a successful record; write `summary.json`.
 
         Args:
             engine: the judge (one per process; its reply cache spans the whole run).
             on_progress: called after each engine wave and each chunk.
-            on_error: called with each failed record's error message (and each file that
-                cannot be read), as it happens.
+            on_error: called with each failed record's error message, as it happens.
+            on_notice: called with what is not a row's error but must not go unsaid, as it
+                happens: each file that cannot be read (or stops partway), and each id that
+                repeats, named once (the first `IDS_NAMED`; all are counted in summary.json).
         """
         s = self.settings
         progress = Progress(rows_total=self.rows_total)
         report = on_progress or (lambda _: None)
         self._on_error = on_error or (lambda _: None)
+        self._on_notice = on_notice or (lambda _: None)
+        self._repeats = RepeatedIds()
         self._progress = progress
         self._scorers = self._build_scorers(engine)
         self._row_steps = RowSteps(dict(s.mapping), engine)
@@ -289,13 +324,15 @@ class Sweep:
             report(progress)
         totals = [self.aggregator.counts(sid) for sid in self.ids]
         summary_path = s.out / "summary.json"
-        _write_atomic(summary_path, json.dumps(self._summary(engine), indent=2) + "\n")
+        summary = json.dumps(self._summary(engine), indent=2, ensure_ascii=False)
+        _write_atomic(summary_path, replace_surrogates(summary) + "\n")
         return Outcome(
             progress=progress,
             total_scored=sum(t[0] for t in totals),
             total_failed=sum(t[1] for t in totals),
             file_errors=self.file_errors,
             summary_path=summary_path,
+            repeated_ids=self._repeats.count,
         )
 
     def _build_scorers(self, engine: Engine) -> dict[str, Scorer]:
@@ -303,13 +340,16 @@ class Sweep:
         scorers: dict[str, Scorer] = {}
         if "summarization" in s.scorers:
             scorers["summarization"] = create_summarization_scorer(
-                engine, max_questions=s.max_questions, scale=s.scale
+                engine, max_questions=s.max_questions, scale=s.scale, verdicts=s.verdicts
             )
         if "context-recall" in s.scorers:
             # Every row brings its own context (passed per run below), so the static context
             # the factory requires is never used.
             scorers["context-recall"] = create_context_recall_scorer(
-                engine, context=["(each row brings its own context)"], scale=s.scale
+                engine,
+                context=["(each row brings its own context)"],
+                scale=s.scale,
+                verdicts=s.verdicts,
             )
         return scorers
 
@@ -318,8 +358,13 @@ class Sweep:
         report(self._progress)
 
     def _rows(self) -> Iterator[tuple[int, int, dict[str, Any] | RowError]]:
-        """(file index, row, record) over all files, up to `limit` rows."""
+        """(file index, row, record) over all files, up to `limit` rows.
+
+        A file that cannot be read, or stops partway, is a file error (named as it happens,
+        counted in summary.json), whatever the reader raised; the run goes on with the next.
+        """
         limit = self.settings.limit
+        column = self.settings.mapping.get("id", "id")
         n = 0
         for index, path in enumerate(self.settings.data):
             try:
@@ -327,11 +372,29 @@ class Sweep:
                     if limit is not None and n >= limit:
                         return
                     n += 1
+                    self._note_id(index, row, row_id(record, column)[0])
                     yield index, row, record
-            except (OSError, ValueError) as exc:
-                message = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+            except Exception as exc:
+                # OSError and ValueError say what is wrong; anything else is named by its type.
+                text = str(exc)
+                if not isinstance(exc, (OSError, ValueError)):
+                    text = f"cannot be read ({type(exc).__name__}: {text})"
+                text = replace_surrogates(text)
+                message = text if str(path) in text else f"{path}: {text}"
                 self.file_errors.append(message)
-                self._on_error(message)
+                self._on_notice(message)
+
+    def _note_id(self, file: int, row: int, ident: str | None) -> None:
+        if not self._repeats.check(ident, self.files[file], row):
+            return
+        named = len(self._repeats.repeated)
+        if named <= IDS_NAMED:
+            self._on_notice(
+                f"{self._label(file, row, None)}: id {json.dumps(ident, ensure_ascii=False)} "
+                "repeats an earlier row's id (both are scored)"
+            )
+        elif named == IDS_NAMED + 1:
+            self._on_notice("further repeated ids are only counted in summary.json")
 
     def _label(self, file: int, row: int, ident: str | None) -> str:
         label = f"row {row}"
@@ -355,14 +418,19 @@ class Sweep:
                     continue
                 base = {"row": row, "id": ident, "file": self.files[file], "scorer": scorer.id}
                 problem = row_problem
+                kind: ErrorKind = "input"
                 if problem is None:
                     assert isinstance(record, dict)
                     try:
                         steps = self._row_steps.steps(name, scorer, record)
                     except InputError as exc:
-                        problem = str(exc)
+                        problem, kind = str(exc), exc.kind
+                    except Exception as exc:  # hostile values (nesting too deep, ...): one row's
+                        problem = f"{type(exc).__name__}: {exc}"
                 if problem is not None:
-                    error = ScoreResult(scorer=scorer.id, error=f"{label}: {problem}")
+                    error = ScoreResult(
+                        scorer=scorer.id, error=f"{label}: {problem}", error_kind=kind
+                    )
                     records.append(_record(base, error))
                     continue
                 slots.append(len(records))
@@ -371,7 +439,7 @@ class Sweep:
                 labels.append(label)
         for slot, result in zip(slots, self._runner.run(jobs, labels), strict=True):
             records[slot] = _record(records[slot], result)
-        self._out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self._out.write("".join(_json_line(r) for r in records))
         self._out.flush()
         os.fsync(self._out.fileno())
         self._progress.rows_run += len(chunk)
@@ -396,6 +464,8 @@ class Sweep:
             "options": self.config["options"],
             "map": self.config["map"],
             "data": self.files,
+            "file_errors": {"count": len(self.file_errors), "messages": list(self.file_errors)},
+            "duplicate_ids": self._repeats.summary(),
             **self.aggregator.summary(),
             "run": {
                 "wall_s": round(wall, 3),
@@ -431,8 +501,20 @@ def _record(base: dict[str, Any], result: ScoreResult) -> dict[str, Any]:
         "analyzeStepResult": result.analyze_step_result,
         "usage": result.usage.model_dump(),
         "error": result.error,
+        "errorKind": result.error_kind,
         "version": result.version,
     }
+
+
+def _json_line(record: dict[str, Any]) -> str:
+    """The record as one line of JSON; lone surrogates (in a judge's text, an exception's
+    message) become U+FFFD, in the line and in `record` (so that what is echoed is writable)."""
+    line = json.dumps(record, ensure_ascii=False)
+    clean = replace_surrogates(line)
+    if clean != line:
+        record.clear()
+        record.update(json.loads(clean))
+    return clean + "\n"
 
 
 def _total_rows(files: list[FileInfo], limit: int | None) -> int | None:

@@ -10,17 +10,18 @@ import pytest
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
 from evalgpu.engines._compute import choose_cpu_compute, cpu_flags, resolve_compute
-from evalgpu.engines.transformers import (
+from evalgpu.engines._decode import (
     KVBatch,
     Slot,
-    TransformersEngine,
-    chat_for,
+    literal_masks,
     prefill_groups,
     shared_prefix,
+    true_probability,
 )
+from evalgpu.engines.transformers import TransformersEngine, chat_for
 from evalgpu.prompting import judge_chat
 from evalgpu.scorers.context_recall import claims_request
-from evalgpu.scorers.summarization import alignment_request, questions_request
+from evalgpu.scorers.summarization import alignment_request, coverage_request, questions_request
 from evalgpu.verdicts import Reason
 
 # -- the pure adapter --------------------------------------------------------------------
@@ -73,30 +74,42 @@ def test_a_group_leaves_a_token_to_compute_and_respects_the_memory_bound():
     assert [m for _, m in groups] == [[0], [1]]  # 2 * 31 tokens would exceed 40
 
 
-class FakeGuide:
+class FakeConstraint:
     def __init__(self) -> None:
         self.advanced: list[int] = []
 
-    def advance(self, token: int, return_tokens: bool = False) -> None:
+    def advance(self, token: int) -> None:
         self.advanced.append(token)
 
 
 def test_a_slot_stops_at_an_end_token_which_counts_as_output_but_not_text():
-    slot = Slot(at=0, max_tokens=8, guide=FakeGuide(), prompt_tokens=5)
+    slot = Slot(at=0, max_tokens=8, constraint=FakeConstraint(), prompt_tokens=5)
     for token in (10, 11, 2):
         slot.take(token, eos_ids={2})
     assert slot.finish == "stop"
     assert slot.tokens == [10, 11, 2] and slot.text_tokens == [10, 11]
-    assert slot.guide.advanced == [10, 11]
+    assert slot.constraint.advanced == [10, 11]
 
 
 def test_a_slot_that_reaches_max_tokens_is_cut():
-    slot = Slot(at=0, max_tokens=2, guide=FakeGuide(), prompt_tokens=5)
+    slot = Slot(at=0, max_tokens=2, constraint=FakeConstraint(), prompt_tokens=5)
     slot.take(10, eos_ids={2})
     assert slot.finish is None
     assert slot.position == 5  # the first reply token sits right after the 5 prompt tokens
     slot.take(11, eos_ids={2})
     assert slot.finish == "length" and slot.text_tokens == [10, 11]
+
+
+class RefusingConstraint:
+    def advance(self, token: int) -> None:
+        raise ValueError(f"token {token} rejected: lexer fuel exhausted")
+
+
+def test_a_slot_whose_constraint_fails_ends_with_the_reason():
+    slot = Slot(at=0, max_tokens=8, constraint=RefusingConstraint(), prompt_tokens=5)
+    slot.take(10, eos_ids={2})
+    assert slot.finish == "error"
+    assert slot.error == "token 10 rejected: lexer fuel exhausted"
 
 
 def _cache(rows: int, length: int, value: float):
@@ -114,9 +127,9 @@ def test_rows_join_left_padded_and_leave_with_their_padding_cut():
     import torch
 
     batch = KVBatch()
-    old = [Slot(at=i, max_tokens=9, guide=FakeGuide(), prompt_tokens=3) for i in range(2)]
+    old = [Slot(at=i, max_tokens=9, constraint=FakeConstraint(), prompt_tokens=3) for i in range(2)]
     batch.join(old, _cache(2, 3, 1.0), torch.ones(2, 3, dtype=torch.long))
-    new = [Slot(at=2, max_tokens=9, guide=FakeGuide(), prompt_tokens=5)]
+    new = [Slot(at=2, max_tokens=9, constraint=FakeConstraint(), prompt_tokens=5)]
     batch.join(new, _cache(1, 5, 2.0), torch.ones(1, 5, dtype=torch.long))
     assert len(batch) == 3
     assert batch.mask.tolist() == [[0, 0, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
@@ -132,6 +145,23 @@ def test_rows_join_left_padded_and_leave_with_their_padding_cut():
     for slot in old:
         slot.finish = "length"
     assert batch.drop_finished() == old and len(batch) == 0
+
+
+def test_the_probability_of_true_is_computed_in_float32():
+    import math
+
+    import torch
+
+    # bfloat16 logits, as a bfloat16 model gives them: 10 apart. In bfloat16 arithmetic the
+    # softmax of the first is 1.0 exactly; in float32 it keeps its last digits.
+    logits = torch.tensor([10.0, 0.0, 3.0, -2.0], dtype=torch.bfloat16)
+    true_tokens = torch.tensor([True, False, False, False])
+    false_tokens = torch.tensor([False, True, False, True])
+    p = true_probability(logits, true_tokens, false_tokens)
+    false_mass = math.exp(0.0) + math.exp(-2.0)
+    assert p == pytest.approx(math.exp(10.0) / (math.exp(10.0) + false_mass), rel=1e-6)
+    assert p < 1.0
+    assert float(torch.softmax(logits[[0, 1, 3]], -1)[0]) == 1.0  # what bfloat16 would give
 
 
 def test_options_are_checked_before_loading_anything():
@@ -303,6 +333,7 @@ def test_a_prompt_over_the_context_length_is_an_error_reply(engine):
     replies = engine.generate([long, fine])
     assert replies[0].finish_reason == "error"
     assert "exceeds max_model_len=8192" in replies[0].error
+    assert replies[0].error_kind == "too_long"
     assert replies[1].finish_reason in ("stop", "length")
 
 
@@ -327,3 +358,56 @@ def test_it_counts_tokens_for_the_context_length_check(engine):
     assert engine.count_tokens("") == 0
     assert 0 < engine.count_tokens("The Golden Gate Bridge opened in 1937.") < 20
     assert engine.max_model_len == 8192
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Engine:
+    """The tiny preset: the plumbing of soft verdicts does not need a good judge."""
+    from evalgpu.engines import load_engine
+
+    return load_engine("smollm2-135m-instruct", backend="transformers")
+
+
+@pytest.mark.slow
+def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2):
+    import torch
+
+    engine = smollm2
+
+    questions = ["Did the bridge open in 1937?", "Was Joseph Strauss the chief engineer?"]
+    request = coverage_request(SUMMARY, questions)
+    (reply,) = engine.generate([request])
+    assert reply.error is None, reply.error
+    ps = [v.p for v in reply.parsed.coverage]
+    assert len(ps) == 2 and all(p is not None and 0.0 < p < 1.0 for p in ps)
+
+    # Recompute each p from a fresh forward pass, in float64, at the tokens where the reply
+    # chose between the literals; the false side is computed apart and sums with p to 1.
+    prompt = engine.tokenizer(
+        engine._render(chat_for(request.messages, engine.system_role)), add_special_tokens=False
+    )["input_ids"]
+    (slot,) = engine._decode([request], [prompt])
+    assert slot.true_probs == ps
+    size = engine.model.get_output_embeddings().weight.shape[0]
+    is_true, is_false, is_other = literal_masks(engine.tokenizer, size)
+    grammars = engine.grammars()
+    constraint, ids, recomputed = grammars.start(request.schema), list(prompt), []
+    for token in slot.text_tokens:
+        words = grammars.bitmask(1)
+        constraint.allowed(words, 0)
+        allowed = ((words.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).bool()
+        allowed = allowed.view(-1)[:size]
+        if (is_true[token] or is_false[token]) and not (allowed & is_other).any():
+            with torch.inference_mode():
+                logits = engine.model(input_ids=torch.tensor([ids])).logits[0, -1]
+            probs = torch.softmax(logits.double(), -1)
+            true, false = probs[allowed & is_true].sum(), probs[allowed & is_false].sum()
+            recomputed.append((float(true / (true + false)), float(false / (true + false))))
+        constraint.advance(token)
+        ids.append(token)
+    # A fresh forward pass is not the engine's cached, batched one: in float32 they agree to
+    # about 1e-6; the tolerance leaves room for a model computed in bfloat16.
+    assert [t for t, _ in recomputed] == pytest.approx(ps, abs=5e-3)
+    for t, f in recomputed:
+        assert t + f == pytest.approx(1.0, abs=1e-12)  # renormalised over the two literals
+    assert logits.dtype == torch.float32  # the output layer runs in float32

@@ -1,0 +1,156 @@
+"""The transformers engine's row constraints (llguidance) on a real tokenizer, no model.
+
+Each reply is walked token by token as the decode loop walks it: a token is produced only if
+the row's bitmask allows it. The tokenizer is SmolLM2's (cheap: no weights are loaded); the
+tests skip when its folder is absent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from evalgpu.engines._decode import literal_masks
+from evalgpu.models import models_dir
+from evalgpu.verdicts import Alignment, attribution_schema, coverage_schema, questions_schema
+
+VOCABULARY = 49152  # SmolLM2's output layer
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    folder = models_dir() / "smollm2-135m-instruct"
+    if not (folder / "tokenizer.json").is_file():
+        pytest.skip(f"no tokenizer in {folder}")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def grammars(tokenizer: Any) -> Any:
+    from evalgpu.engines._constraint import Grammars
+
+    return Grammars(tokenizer, VOCABULARY, {tokenizer.eos_token_id})
+
+
+def _allowed(grammars: Any, constraint: Any) -> Any:
+    import torch
+
+    words = grammars.bitmask(1)
+    constraint.allowed(words, 0)
+    bits = (words.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1
+    return bits.bool().view(-1)[:VOCABULARY]
+
+
+def produces(grammars: Any, tokenizer: Any, schema: type[BaseModel], text: str) -> bool:
+    """Whether constrained decoding can produce `text` and then end the reply."""
+    constraint = grammars.start(schema)
+    for token in tokenizer(text, add_special_tokens=False)["input_ids"]:
+        if not _allowed(grammars, constraint)[token]:
+            return False
+        constraint.advance(token)
+    ends = _allowed(grammars, constraint).nonzero().flatten().tolist()
+    return constraint.is_finished and ends == [tokenizer.eos_token_id]
+
+
+def _verdict(**fields: object) -> dict[str, object]:
+    return {"claim": "The bridge opened in 1937.", "reason": "The source says so.", **fields}
+
+
+def test_a_complete_reply_allows_only_the_end_token(grammars, tokenizer):
+    reply = json.dumps({"alignment": [_verdict(supported=True)]})
+    assert produces(grammars, tokenizer, Alignment, reply)
+    constraint = grammars.start(Alignment)
+    for token in tokenizer(reply, add_special_tokens=False)["input_ids"]:
+        assert not constraint.is_finished
+        constraint.advance(token)
+    assert constraint.is_finished
+    assert _allowed(grammars, constraint).nonzero().flatten().tolist() == [tokenizer.eos_token_id]
+
+
+def test_whitespace_is_at_most_one_space(grammars, tokenizer):
+    compact = json.dumps({"questions": ["Who built it?"]}, separators=(",", ":"))
+    assert produces(grammars, tokenizer, questions_schema(2), compact)
+    assert produces(grammars, tokenizer, questions_schema(2), '{ "questions" : [ "Who?" ] }')
+    assert not produces(grammars, tokenizer, questions_schema(2), '{"questions":  ["Who?"]}')
+    assert not produces(grammars, tokenizer, questions_schema(2), '{"questions":\n["Who?"]}')
+
+
+def test_list_bounds_are_enforced(grammars, tokenizer):
+    assert not produces(grammars, tokenizer, Alignment, '{"alignment": []}')
+    assert not produces(grammars, tokenizer, questions_schema(2), '{"questions": []}')
+    three = json.dumps({"questions": ["a", "b", "c"]})
+    assert not produces(grammars, tokenizer, questions_schema(2), three)
+    verdict = {"question": "Did it open?", "reason": "It says so.", "answered": True}
+    for n in (1, 2, 3):
+        reply = json.dumps({"coverage": [verdict] * n})
+        assert produces(grammars, tokenizer, coverage_schema(2), reply) == (n == 2)
+
+
+def test_string_lengths_are_enforced(grammars, tokenizer):
+    def questions(text: str) -> str:
+        return json.dumps({"questions": [text]})
+
+    assert produces(grammars, tokenizer, questions_schema(1), questions("x" * 200))
+    assert not produces(grammars, tokenizer, questions_schema(1), questions("x" * 201))
+    assert not produces(grammars, tokenizer, questions_schema(1), questions(""))
+
+
+def test_passage_numbers_name_existing_passages(grammars, tokenizer):
+    schema = attribution_schema(3, 1)
+
+    def reply(passages: list[int]) -> str:
+        return json.dumps({"verdicts": [_verdict(attributed=True, passages=passages)]})
+
+    assert produces(grammars, tokenizer, schema, reply([1, 3]))
+    assert not produces(grammars, tokenizer, schema, reply([4]))
+    assert not produces(grammars, tokenizer, schema, reply([0]))
+
+
+def test_at_a_verdict_only_the_two_literals_and_punctuation_are_allowed(grammars, tokenizer):
+    # The condition under which the decode loop reads p(true) (`Decoder._read_p`).
+    is_true, is_false, is_other = literal_masks(tokenizer, VOCABULARY)
+    constraint = grammars.start(coverage_schema(1))
+    head = '{"coverage": [{"question": "Did it open?", "reason": "It says so.", "answered":'
+    for token in tokenizer(head, add_special_tokens=False)["input_ids"]:
+        constraint.advance(token)
+    allowed = _allowed(grammars, constraint)
+    assert (allowed & is_true).any() and (allowed & is_false).any()
+    assert not (allowed & is_other).any()
+
+
+def test_a_token_the_mask_forbids_is_refused(grammars, tokenizer):
+    constraint = grammars.start(Alignment)
+    (token,) = tokenizer("x", add_special_tokens=False)["input_ids"]
+    with pytest.raises(ValueError, match=f"^token {token} rejected"):
+        constraint.advance(token)
+
+
+@pytest.mark.slow
+def test_the_default_judge_compiles_a_schema_at_once_and_answers_validly():
+    # Guards against an eager compile: outlines-core's index of `Alignment` took 114 s and
+    # 7.1 GB on this 151k-token vocabulary; llguidance's takes milliseconds. The bound is
+    # thousands of times the expected time, so that only a return to an eager compile fails.
+    import time
+
+    folder = models_dir() / "qwen2.5-coder-1.5b-instruct"
+    if not (folder / "config.json").is_file():
+        pytest.skip(f"no model in {folder}")
+    from evalgpu.engines.transformers import TransformersEngine
+    from evalgpu.scorers.summarization import questions_request
+
+    engine = TransformersEngine(str(folder), dtype="bfloat16", batch_size=1)
+    engine.grammars()  # the vocabulary, once per engine
+    started = time.monotonic()
+    engine.index(Alignment)
+    assert time.monotonic() - started < 5.0
+
+    source = "The Golden Gate Bridge opened in May 1937. Joseph Strauss was its chief engineer."
+    (reply,) = engine.generate([questions_request(source, 2)])
+    assert reply.error is None, reply.error
+    assert reply.finish_reason == "stop"
+    assert 1 <= len(reply.parsed.questions) <= 2
