@@ -12,11 +12,11 @@ benchmarks/data/frank_dev.jsonl unless --data says otherwise), it times:
 It prints a markdown table and `speedup batched/sequential: X.XX` as its last line, and
 writes the numbers as JSON.
 
-    .venv/bin/python scripts/bench.py --quick
+    .venv/bin/python scripts/bench.py --quick            # the tiny preset, 5 rows, minutes
     .venv/bin/python scripts/bench.py --rows 64 --max-questions 10 --json docs/bench.json
     # GPU, 7-8 B judge (see docs/BENCHMARKS.md):
     python scripts/bench.py --backend vllm --model /models/qwen2.5-7b-instruct --rows 2000
-    # vLLM's CPU build, default model (VLLM_CPU_KVCACHE_SPACE=2 in the environment):
+    # vLLM's CPU build, tiny preset (VLLM_CPU_KVCACHE_SPACE=2 in the environment):
     .venv-vllm/bin/python scripts/bench.py --quick --backend vllm \
         --engine-option dtype=float32 --engine-option enforce_eager=true
 """
@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         # writes a 1,692-token string of digits, retried at twice that, which at batch 1
         # takes minutes in every mode and measures the tiny model's loop, not the scoring.
         args.rows, args.docs, args.first_doc, args.max_questions = 5, 1, 1, 3
+        # The tiny preset: --quick measures batching, not judging, in minutes on a CPU.
+        args.model = args.model or "smollm2-135m-instruct"
 
     rows = load_rows(args.data, args.rows, args.docs, args.first_doc)
     engine = load_engine(args.model, backend=args.backend, **engine_options(args.engine_option))

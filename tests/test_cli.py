@@ -1055,6 +1055,7 @@ def test_models_list_and_pull(
     code, out, _ = run_cli(capsys, "models", "list")
     assert code == 0
     assert models.DEFAULT_MODEL + "*" in out
+    assert models.SMALL_MODEL + " " in out  # the small embedded model, not the default
     pulled: list[str] = []
 
     def fake_pull(name: str) -> Path:

