@@ -326,24 +326,24 @@ def test_run_evals_streams_items_in_chunks_with_their_own_context(engine):
 
 
 @pytest.mark.slow
-def test_a_folder_from_python_on_the_default_model_has_the_command_lines_configuration(
+def test_a_folder_from_python_on_a_real_engine_has_the_command_lines_configuration(
     tmp_path: Path,
 ) -> None:
     from evalgpu import load_engine
     from evalgpu.data import inspect_file
-    from evalgpu.models import DEFAULT_MODEL
+    from evalgpu.models import SMALL_MODEL
     from evalgpu.settings import RunSettings
 
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"id": "no-summary", "source": COMPANY}) + "\n")  # no judge call
-    engine = load_engine(DEFAULT_MODEL, backend="transformers")
+    engine = load_engine(SMALL_MODEL, backend="transformers")  # plumbing: the small preset
     evaluate(data, [create_summarization_scorer(engine)], out=tmp_path / "out").run()
     written = json.loads((tmp_path / "out" / "config.json").read_text())
     settings = RunSettings(
         data=(data,),
         scorers=("summarization",),
         out=tmp_path / "out",
-        model=DEFAULT_MODEL,
+        model=SMALL_MODEL,
         backend="transformers",
     )
     assert written["hash"] == settings.config([inspect_file(data)])["hash"]
