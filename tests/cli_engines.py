@@ -53,3 +53,16 @@ def slow(model: Any = None, **options: Any) -> SlowEngine:
 
 def flaky(model: Any = None, **options: Any) -> FlakyEngine:
     return FlakyEngine(model, **options)
+
+
+class BrokenEngine(ScriptedEngine):
+    """A judge that breaks its contract (no replies at all) on any prompt that says BOOM."""
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        if any("BOOM" in m["content"] for r in requests for m in r.messages):
+            return []
+        return super().generate(requests)
+
+
+def broken(model: Any = None, **options: Any) -> BrokenEngine:
+    return BrokenEngine(model, **options)
