@@ -13,11 +13,11 @@ The file's fields say which comparison applies (shared/data/README.md describes 
                                           label_attributed
 
 Every metric comes with a bootstrap 95 % interval (rows resampled, 1,000 draws, seed 1234).
-Rows whose scoring failed are left out of the metrics and counted: `too_long` when the row's
-prompt does not fit the judge model's context (the engine refused it before generating; a
-longer-context judge scores it), `invalid` for every other failure (a reply that does not
-match its schema, or is still cut after the retry). `invalid` must be 0: the exit status is 1
-otherwise.
+Rows whose scoring failed are left out of the metrics and counted by their `error_kind`:
+`too_long` when the row's prompt does not fit the judge model's context (the engine refused it
+before generating; a longer-context judge scores it), `invalid` for every other failure (a
+reply that does not match its schema, or is still cut after the retry). `invalid` must be 0:
+the exit status is 1 otherwise.
 
     .venv/bin/python scripts/agreement.py ../shared/data/frank_dev.jsonl --limit 40
     .venv/bin/python scripts/agreement.py ../shared/data/attribution_dev.jsonl --limit 40 \
@@ -143,21 +143,14 @@ def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, m
     return scorer.run_batch(runs)
 
 
-TOO_LONG = (
-    "exceeds max_model_len",  # the transformers engine
-    "maximum context length",  # vLLM's rejection
-    "too long for the judge model's context",  # the CLI's check (evalgpu.rows)
-)
-
-
-def too_long(error: str) -> bool:
+def too_long(result: Any) -> bool:
     """Whether a row failed because its prompt does not fit the judge model's context."""
-    return any(marker in error for marker in TOO_LONG)
+    return result.error is not None and result.error_kind == "too_long"
 
 
 def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
     ok = [(r, s) for r, s in zip(records, results, strict=True) if s.error is None]
-    long = sum(s.error is not None and too_long(s.error) for s in results)
+    long = sum(too_long(s) for s in results)
     out: dict[str, Any] = {
         "rows": len(records),
         "invalid": len(records) - len(ok) - long,
@@ -239,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         {"file": str(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
     )
     for label, errors in (
-        ("too long for the judge", [r.error for r in results if r.error and too_long(r.error)]),
-        ("invalid", [r.error for r in results if r.error and not too_long(r.error)]),
+        ("too long for the judge", [r.error for r in results if too_long(r)]),
+        ("invalid", [r.error for r in results if r.error and not too_long(r)]),
     ):
         if errors:
             print(f"{len(errors)} rows {label}, first: {errors[0]}", file=sys.stderr)

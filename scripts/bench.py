@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         scorer_b = create_summarization_scorer(one_by_one, max_questions=args.max_questions)
         t = time.perf_counter()
         for row in rows:
-            Runner(one_by_one, cache_size=0).run(
+            Runner(one_by_one, cache=False).run(
                 [(scorer_b.id, scorer_b.steps(row["input"], row["output"]))]
             )
         b = measure("(b) sequential, per row", sequential, time.perf_counter() - t, len(rows))

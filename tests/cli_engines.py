@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evalgpu.engines.base import JudgeReply, JudgeRequest
-from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.engines.scripted import ScriptedEngine, answer
 
 
 class LimitedEngine(ScriptedEngine):
@@ -43,6 +43,24 @@ class FlakyEngine(ScriptedEngine):
         return super().generate(requests)
 
 
+class TroubledEngine(LimitedEngine):
+    """A limited judge that replies out of schema to a prompt saying GARBLE, and raises on a
+    wave with a prompt saying EXPLODE (one failure of each kind, for `--chunk-size 1`)."""
+
+    def __init__(self, model: Any = None, **options: Any) -> None:
+        garble = {"summarization.alignment": _garbled}
+        super().__init__(model, overrides=garble, **options)
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        if any("EXPLODE" in m["content"] for r in requests for m in r.messages):
+            raise RuntimeError("the device fell over")
+        return super().generate(requests)
+
+
+def _garbled(request: JudgeRequest) -> str | dict[str, Any]:
+    return "{garbled" if "GARBLE" in request.messages[-1]["content"] else answer(request)
+
+
 def limited(model: Any = None, **options: Any) -> LimitedEngine:
     return LimitedEngine(model, **options)
 
@@ -53,6 +71,10 @@ def slow(model: Any = None, **options: Any) -> SlowEngine:
 
 def flaky(model: Any = None, **options: Any) -> FlakyEngine:
     return FlakyEngine(model, **options)
+
+
+def troubled(model: Any = None, **options: Any) -> TroubledEngine:
+    return TroubledEngine(model, **options)
 
 
 class BrokenEngine(ScriptedEngine):

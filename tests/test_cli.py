@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalgpu import cli
-from evalgpu.sweep import RunSettings, open_sweep
+from evalgpu.settings import RunSettings
+from evalgpu.sweep import open_sweep
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -151,6 +152,14 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
             ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--backend", "tpu"],
             "backend must be auto, vllm, transformers, scripted or module:factory, got 'tpu'",
         ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{data}"],
+            "out: {data} is a file, not a folder",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{data}/sub"],
+            "out: {data}/sub lies under {data}, a file, not a folder",
+        ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
         (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),
     ],
@@ -166,7 +175,7 @@ def test_usage_errors_exit_2_with_one_line(
     assert code == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1, err
-    assert message in err
+    assert message.format(data=data) in err
     assert err.startswith("python -m evalgpu")
 
 
@@ -363,7 +372,7 @@ def test_agent_shaped_rows(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
 BAD_ROWS = [
     ("{not json", "row 1: line is not valid JSON: "),
     ({"id": "s1", "source": COMPANY}, 'row 2 (id "s1"): summary: missing'),
-    ({"id": "s2", "source": COMPANY, "summary": "   "}, 'row 3 (id "s2"): summary: '),
+    ({"id": "s2", "source": COMPANY, "summary": 42.5}, 'row 3 (id "s2"): summary: must be'),
     (
         {"id": "s3", "source": COMPANY, "summary": 42},
         'row 4 (id "s3"): summary: must be a string or a list of messages, got a number',
@@ -403,6 +412,31 @@ def test_each_bad_row_becomes_an_error_record_and_the_run_goes_on(
     assert got[-1]["error"] is None and got[-1]["id"] == "ok"
     last = err.strip().splitlines()[-1]
     assert ": 1 scored, 9 failed (see" in last
+
+
+def test_a_blank_summary_scores_0_and_counts_in_the_mean(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "good", "source": COMPANY, "summary": GOOD},
+            {"id": "blank", "source": COMPANY, "summary": " \n "},
+            {"id": "none", "source": COMPANY, "output": [{"role": "assistant", "content": ""}]},
+        ],
+    )
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert code == 0, err
+    good, blank, none = records(out)
+    for r in (blank, none):
+        assert r["error"] is None and r["score"] == 0.0 and r["usage"]["calls"] == 0
+        assert r["reason"].startswith("The summary is empty")
+    summary = json.loads((out / "summary.json").read_text())["scorers"]["summarization-scorer"]
+    assert (summary["scored"], summary["failed"]) == (3, 0)
+    assert summary["mean"] == pytest.approx(good["score"] / 3)
 
 
 CONTEXT_ROWS = [
@@ -472,6 +506,42 @@ def test_a_source_longer_than_the_judge_context_is_refused_with_sizes(
     )
     assert long["usage"]["calls"] == 0
     assert ok["error"] is None
+
+
+def test_each_failure_carries_its_kind_and_summary_counts_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "ok", "source": COMPANY, "summary": GOOD},
+            {"id": "input", "source": COMPANY},
+            {"id": "long", "source": "The company sells boats. " * 800, "summary": GOOD},
+            {"id": "invalid", "source": COMPANY + " GARBLE", "summary": GOOD},
+            {"id": "engine", "source": COMPANY + " EXPLODE", "summary": GOOD},
+            "{not json",
+        ],
+    )
+    out = tmp_path / "out"
+    argv = ["run", data, "--scorer", "summarization", "--out", out, "--chunk-size", "1"]
+    code, stdout, err = run_cli(capsys, *argv, "--backend", "cli_engines:troubled")
+    assert code == 0, err
+    kinds = [(r["id"], r["errorKind"]) for r in records(out)]
+    assert kinds == [
+        ("ok", None),
+        ("input", "input"),
+        ("long", "too_long"),
+        ("invalid", "invalid_reply"),
+        ("engine", "engine"),
+        (None, "input"),
+    ]
+    summary = json.loads((out / "summary.json").read_text())["scorers"]["summarization-scorer"]
+    assert summary["errors"] == {"input": 2, "too_long": 1, "invalid_reply": 1, "engine": 1}
+    assert (
+        "Failed rows, summarization-scorer (2 input, 1 too_long, 1 invalid_reply, 1 engine):"
+        in stdout
+    )
+    assert '  [too_long] row 3 (id "long"): source: ' in stdout
 
 
 def test_exit_1_when_no_row_could_be_scored(
@@ -639,6 +709,20 @@ def test_several_files_are_named_in_records_and_labels(
         capsys, "run", a, b, "--scorer", "summarization", "--out", out, *SCRIPTED
     )
     assert "1 row in" in err and len(successes(out)) == 3
+
+
+def test_several_files_resume_whatever_their_paths_are_called(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_jsonl(tmp_path / "a.jsonl", summary_rows(2))
+    write_jsonl(tmp_path / "b.jsonl", summary_rows(2))
+    out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path)
+    base = ["--scorer", "summarization", "--out", out, *SCRIPTED]
+    assert run_cli(capsys, "run", "a.jsonl", "b.jsonl", *base, "--limit", "3")[0] == 0
+    code, _, err = run_cli(capsys, "run", tmp_path / "a.jsonl", tmp_path / "b.jsonl", *base)
+    assert code == 0 and "1 row in" in err and "(3 already done)" in err
+    assert {r["file"] for r in records(out)} == {"a.jsonl", "b.jsonl"}  # the folder's names
 
 
 def _env() -> dict[str, str]:

@@ -8,6 +8,7 @@ def test_public_api_is_pinned():
     assert evalgpu.__all__ == sorted(evalgpu.__all__)
     assert evalgpu.__all__ == [
         "Engine",
+        "Evaluation",
         "JudgeReply",
         "JudgeRequest",
         "ScoreResult",
@@ -15,6 +16,7 @@ def test_public_api_is_pinned():
         "Usage",
         "create_context_recall_scorer",
         "create_summarization_scorer",
+        "evaluate",
         "extract_tool_results",
         "load_engine",
         "run_evals",

@@ -25,10 +25,11 @@ ray = pytest.importorskip("ray")
 
 from evalgpu import cli  # noqa: E402
 from evalgpu.data import RowError  # noqa: E402
-from evalgpu.distributed import Plan, read_chunks, run_ray  # noqa: E402
+from evalgpu.distributed import read_chunks, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
-from evalgpu.report import Aggregator  # noqa: E402
-from evalgpu.sweep import RunSettings, open_sweep  # noqa: E402
+from evalgpu.settings import RunSettings  # noqa: E402
+from evalgpu.storage import SCORED, Ledger  # noqa: E402
+from evalgpu.sweep import open_sweep  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -119,26 +120,14 @@ def settings(data: list[Path], out: Path, **kw: Any) -> RunSettings:
 def test_chunks_keep_a_sources_rows_together(tmp_path: Path) -> None:
     data = write_data(tmp_path)
     s = settings(data[:1], tmp_path / "out", scorers=("summarization",), chunk_size=2)
-    plan = Plan(
-        data=(str(data[0]),),
-        files=(str(data[0]),),
-        scorers=s.scorers,
-        mapping={},
-        model=None,
-        backend="scripted",
-        max_questions=10,
-        scale=1.0,
-        chunk_size=2,
-        limit=None,
-    )
-    ledger = Aggregator(["summarization-scorer"], [str(data[0])])
-    ledger.add({"file": str(data[0]), "row": 1, "scorer": "summarization-scorer", "score": 1.0})
-    chunks = list(read_chunks(plan, ledger))
-    rows = [[row for _, row, _, _ in c.rows] for c in chunks]
+    ledger = Ledger([str(data[0])])
+    ledger.mark(0, 1, "summarization-scorer", SCORED)
+    chunks = list(read_chunks(s, ledger))
+    rows = [[row.number for row in c.rows] for c in chunks]
     # Line 6 is the bad JSON line; line 1 is already scored and is counted, not sent.
     assert rows == [[2, 3], [4, 5, 6, 7], [8, 9, 10], [11, 12, 13], [14]]
     assert sum(c.skipped for c in chunks) == 1
-    assert isinstance(chunks[1].rows[2][2], RowError)
+    assert isinstance(chunks[1].rows[2].record, RowError)
 
 
 def test_records_equal_the_local_runs(cluster: str, tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from evalgpu.report import Aggregator, format_report, html_report, scan_results, write_report
+from evalgpu.report import Aggregator, format_report, write_report
+from evalgpu.report_html import html_report
 
 S = "summarization-scorer"
 C = "context-recall-scorer"
@@ -67,6 +68,29 @@ def test_the_latest_outcome_wins_and_a_success_counts_once() -> None:
     assert agg.scored_total() == 2
 
 
+def test_failures_are_counted_by_their_latest_kind() -> None:
+    agg = Aggregator([S], ["d.jsonl"])
+    agg.add(rec(1, None, errorKind="engine"))
+    agg.add(rec(2, None, errorKind="too_long"))
+    agg.add(rec(3, None, errorKind="engine"))
+    agg.add(rec(1, None, errorKind="invalid_reply"))  # retried, failed another way
+    agg.add(rec(3, 0.5))  # retried: scored
+    agg.add(rec(4, None))  # written before kinds existed
+    s = agg.summary()["scorers"][S]
+    assert (s["scored"], s["failed"]) == (1, 3)
+    assert s["errors"] == {
+        "input": 0,
+        "too_long": 1,
+        "invalid_reply": 1,
+        "engine": 0,
+        "unknown": 1,
+    }
+    assert [f["errorKind"] for f in s["failures"]] == ["invalid_reply", "too_long", None]
+    text = format_report(agg.summary())
+    assert "Failed rows, summarization-scorer (1 too_long, 1 invalid_reply, 1 unknown):" in text
+    assert "  [too_long] row 2: boom" in text
+
+
 def test_several_files_are_kept_apart() -> None:
     agg = Aggregator([S], ["a.jsonl", "b.jsonl"])
     agg.add(rec(1, 0.5, file="a.jsonl"))
@@ -98,17 +122,6 @@ def test_memory_is_bounded_by_rows_not_by_text() -> None:
     assert summary["scored"] == 20_000
     assert len(agg._by[S].scores) == 4  # one count per distinct score, not one per row
     assert all(len(x["reason"]) <= 601 for x in summary["lowest"])
-
-
-def test_scan_results_skips_a_torn_line_and_bad_lines(tmp_path: Path) -> None:
-    path = tmp_path / "results.jsonl"
-    good = json.dumps(rec(1, 0.5)) + "\n"
-    path.write_text(good + "not json\n" + good.replace('"row": 1', '"row": 2') + good[:30])
-    seen: list[dict[str, Any]] = []
-    end, bad = scan_results(path, seen.append)
-    assert [r["row"] for r in seen] == [1, 2]
-    assert bad == 1
-    assert end == path.stat().st_size - 30
 
 
 def test_format_report_table_and_rows() -> None:

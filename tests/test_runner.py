@@ -3,7 +3,9 @@
 import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer, run_evals
+from evalgpu.engines.base import JudgeReply
 from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.results import InputError, ScoreResult, TooLongError
 from evalgpu.runner import Runner
 
 SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
@@ -54,7 +56,7 @@ def test_the_reply_cache_spans_batches(engine):
 
 def test_cache_off_asks_again(engine):
     scorer = create_summarization_scorer(engine)
-    runner = Runner(engine, cache_size=0)
+    runner = Runner(engine, cache=False)
     for _ in range(2):
         runner.run([(scorer.id, scorer.steps(SOURCE, SOURCE))])
     assert len(engine.by_tag("summarization.questions")) == 2
@@ -113,3 +115,88 @@ def test_run_evals_rejects_items_without_input(engine):
     result = out["items"][0]["scorer_results"]["summarization-scorer"]
     assert result.error == "item 1: an item is a dict with an 'input' key"
     assert out["scores"] == {"summarization-scorer": None}
+
+
+def test_two_scorers_on_one_engine_share_its_reply_cache(engine):
+    strict = create_summarization_scorer(engine)
+    doubled = create_summarization_scorer(engine, scale=2.0)
+    strict.run(input=SOURCE, output=SOURCE)
+    doubled.run_batch([{"input": SOURCE, "output": "The company is based in Seattle."}])
+    run_evals([{"input": SOURCE, "output": SOURCE}], [doubled])
+    assert len(engine.by_tag("summarization.questions")) == 1
+    assert len(create_summarization_scorer(ScriptedEngine()).engine.calls) == 0
+
+
+def test_a_call_too_long_for_the_judge_fails_its_row_before_the_engine(engine):
+    class Limited(ScriptedEngine):
+        max_model_len = 4096
+
+        def count_tokens(self, text):
+            return len(text) // 4
+
+    judge = Limited()
+    long = "The company sells boats. " * 800  # 20,000 characters: 5,000 "tokens"
+    results = create_summarization_scorer(judge).run_batch(
+        [{"input": long, "output": "The company sells boats."}, {"input": SOURCE, "output": SOURCE}]
+    )
+    assert results[0].error.startswith("row 1: source: 5,000 tokens, too long for the judge")
+    assert results[1].error is None
+    assert all(long not in r.messages[-1]["content"] for r in judge.requests)
+
+
+# Error kinds: each set where it arises
+
+
+def _steps_raising(error):
+    raise error
+    yield  # a generator: the runner records the error for the row
+
+
+def test_each_error_kind_is_set_where_it_arises():
+    def cut(request):
+        return JudgeReply(None, "{", 1, 1, 0, "length")  # cut twice: the retry is cut too
+
+    def refused(request):
+        return JudgeReply(None, "", 1, 0, 0, "error", "prompt too big", "too_long")
+
+    def unexplained(request):
+        return JudgeReply(None, "", 1, 0, 0, "error", "something went wrong")
+
+    cases = {
+        "invalid_reply": ScriptedEngine(overrides={"summarization.alignment": lambda r: "{oops"}),
+        "too_long": ScriptedEngine(overrides={"summarization.alignment": refused}),
+        "engine": Broken(),
+    }
+    for kind, engine in cases.items():
+        result = create_summarization_scorer(engine).run(input=SOURCE, output=SOURCE)
+        assert result.error is not None and result.error_kind == kind, (kind, result.error)
+    twice = create_summarization_scorer(ScriptedEngine(overrides={"summarization.questions": cut}))
+    result = twice.run(input=SOURCE, output=SOURCE)
+    assert result.error_kind == "invalid_reply" and "after one retry" in result.error
+    # An engine's error reply that does not say why counts as the engine's.
+    vague = ScriptedEngine(overrides={"summarization.questions": unexplained})
+    assert (
+        create_summarization_scorer(vague).run(input=SOURCE, output=SOURCE).error_kind == "engine"
+    )
+    rows = [
+        ("s", _steps_raising(InputError("summary: missing"))),
+        ("s", _steps_raising(TooLongError("source: too long"))),
+        ("s", _steps_raising(RecursionError("maximum recursion depth exceeded"))),
+    ]
+    results = Runner(ScriptedEngine()).run(rows)
+    assert [r.error_kind for r in results] == ["input", "too_long", "input"]
+    assert results[2].error == "RecursionError: maximum recursion depth exceeded"
+
+
+def test_the_error_kind_is_serialised_as_errorKind_and_goes_with_an_error():
+    ok = ScoreResult(scorer="s", score=1.0)
+    assert ok.error_kind is None and ok.model_dump(by_alias=True)["errorKind"] is None
+    failed = ScoreResult(scorer="s", error="row 1: boom", error_kind="engine")
+    assert failed.model_dump(by_alias=True)["errorKind"] == "engine"
+    assert ScoreResult.model_validate(failed.model_dump(by_alias=True)).error_kind == "engine"
+    # An error given without a kind is an input error (a row that could not be scored as given).
+    assert ScoreResult(scorer="s", error="item 1: target raised").error_kind == "input"
+    with pytest.raises(ValueError, match="error_kind 'engine' without an error"):
+        ScoreResult(scorer="s", score=1.0, error_kind="engine")
+    with pytest.raises(ValueError):
+        ScoreResult(scorer="s", error="x", error_kind="bogus")  # type: ignore[arg-type]

@@ -64,17 +64,16 @@ def test_agreement_counts_rows_too_long_for_the_judge_apart_from_invalid_replies
 
     records = [{"ground_truth": "g", "context": ["c"], "label_attributed": i % 2} for i in range(5)]
     results = [
-        SimpleNamespace(error=None, score=1.0),
-        SimpleNamespace(error=None, score=0.0),
+        SimpleNamespace(error=None, error_kind=None, score=1.0),
+        SimpleNamespace(error=None, error_kind=None, score=0.0),
+        SimpleNamespace(error="context_recall.attribution: ...", error_kind="too_long", score=None),
+        SimpleNamespace(error="context: ...", error_kind="too_long", score=None),
+        # The kind decides, not the words: an invalid reply that mentions the context is invalid.
         SimpleNamespace(
-            error="context_recall.attribution: prompt of 8148 tokens + max_tokens=1812 "
-            "exceeds max_model_len=8192",
+            error="context_recall.claims: reply does not match the schema (maximum context length)",
+            error_kind="invalid_reply",
             score=None,
         ),
-        SimpleNamespace(
-            error="context: 9,000 tokens, too long for the judge model's context", score=None
-        ),
-        SimpleNamespace(error="context_recall.claims: reply does not match the schema", score=None),
     ]
     out = agreement.metrics(records, results, "attribution", 1.0)
     assert (out["rows"], out["too_long"], out["invalid"]) == (5, 2, 1)

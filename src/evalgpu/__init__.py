@@ -6,13 +6,14 @@ they are built.
 
 from evalgpu.engines import load_engine
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
+from evalgpu.evaluate import Evaluation, evaluate, run_evals
 from evalgpu.messages import extract_tool_results
 from evalgpu.results import ScoreResult, Usage
-from evalgpu.runner import run_evals
 from evalgpu.scorers import Scorer, create_context_recall_scorer, create_summarization_scorer
 
 __all__ = [
     "Engine",
+    "Evaluation",
     "JudgeReply",
     "JudgeRequest",
     "ScoreResult",
@@ -20,6 +21,7 @@ __all__ = [
     "Usage",
     "create_context_recall_scorer",
     "create_summarization_scorer",
+    "evaluate",
     "extract_tool_results",
     "load_engine",
     "run_evals",

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from evalgpu.engines import BACKENDS
-from evalgpu.sweep import SCORERS, ConfigError, Progress, RunSettings, open_sweep
+from evalgpu.settings import SCORERS, RunSettings
+from evalgpu.sweep import ConfigError, Progress, open_sweep
 
 __all__ = ["main"]
 

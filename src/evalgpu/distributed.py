@@ -14,12 +14,12 @@ their own way (Arrow schema inference across rows, no line numbers, a bad line f
 so records would differ from a local run's. The judge, not the reader, is the bottleneck.
 
 Each `Replica` actor loads the engine once and runs the scorers' full step pipeline over one
-chunk at a time with its own `Runner`: every wave of the chunk is one `generate()`, and a
-source's questions are asked once per chunk (and cached across the actor's chunks). Only the
-driver writes: a chunk's records reach the file when the chunk is done, flushed and fsync'ed,
-so a `kill -9` of the driver loses at most the chunks in flight, and a record whose (row,
-scorer) already has a success is never written (a chunk retried after an actor died, or
-delivered twice, adds nothing).
+chunk at a time with the local run's `Driver.score_chunk` and one `Runner`: every wave of the
+chunk is one `generate()`, and a source's questions are asked once per chunk (and cached
+across the actor's chunks). Only the driver writes: a chunk's records reach the file when the
+chunk is done, flushed and fsync'ed, so a `kill -9` of the driver loses at most the chunks in
+flight, and a record whose (row, scorer) already has a success is never written (a chunk
+retried after an actor died, or delivered twice, adds nothing).
 
 Ray is imported only here, and only when a run asks for it (`pip install -e ".[ray]"`).
 """
@@ -35,59 +35,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalgpu.data import RowError, read_rows
-from evalgpu.engines.base import Engine
-from evalgpu.report import Aggregator
-from evalgpu.results import InputError, ScoreResult, Steps
-from evalgpu.rows import RowSteps, row_id
-from evalgpu.runner import Runner, WaveStats
-from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
-from evalgpu.scorers._scorer import Scorer
-from evalgpu.sweep import SCORERS, Outcome, Progress, Sweep, _record, _write_atomic
+from evalgpu.data import RowError
+from evalgpu.driver import Driver, make_record
+from evalgpu.results import ScoreResult
+from evalgpu.rows import Row, file_rows
+from evalgpu.runner import WaveStats
+from evalgpu.settings import SCORERS, RunSettings
+from evalgpu.storage import Ledger, Record
+from evalgpu.sweep import Outcome, Progress, Sweep
 
-__all__ = ["Chunk", "Plan", "Replica", "read_chunks", "run_ray"]
+__all__ = ["Chunk", "Replica", "read_chunks", "run_ray"]
 
 SKIPPED_PER_CHUNK = 10_000
 """Rows already scored are counted, not sent: an empty chunk reports every this many."""
-
-Row = tuple[int, int, "dict[str, Any] | RowError", tuple[str, ...]]
-"""(file index, row number, record or RowError, scorer names still to run)."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the read task and the replicas need of a run (small and picklable)."""
-
-    data: tuple[str, ...]
-    """The data files, read in order."""
-    files: tuple[str, ...]
-    """File names as records carry them (config.json's: a resume keeps the first run's)."""
-    scorers: tuple[str, ...]
-    """Scorer names ("summarization", "context-recall")."""
-    mapping: dict[str, str]
-    model: str | None
-    backend: str
-    max_questions: int
-    scale: float
-    chunk_size: int
-    limit: int | None
-
-    @classmethod
-    def of(cls, sweep: Sweep) -> Plan:
-        """The plan of an opened sweep."""
-        s = sweep.settings
-        return cls(
-            data=tuple(str(p) for p in s.data),
-            files=tuple(sweep.files),
-            scorers=s.scorers,
-            mapping=dict(s.mapping),
-            model=s.model,
-            backend=s.backend,
-            max_questions=s.max_questions,
-            scale=float(s.scale),
-            chunk_size=s.chunk_size,
-            limit=s.limit,
-        )
 
 
 @dataclass
@@ -95,6 +55,8 @@ class Chunk:
     """One unit of work for a replica: rows to score, and what the read met on the way."""
 
     rows: list[Row] = field(default_factory=list)
+    done: set[tuple[int, int, str]] = field(default_factory=set)
+    """(file, row, scorer id) of these rows that already have a success (not scored again)."""
     skipped: int = 0
     """Rows passed over because every scorer already has a success for them."""
     file_errors: list[str] = field(default_factory=list)
@@ -112,7 +74,7 @@ def _group(record: dict[str, Any] | RowError, mapping: dict[str, str]) -> str | 
     return None
 
 
-def read_chunks(plan: Plan, ledger: Aggregator) -> Iterator[Chunk]:
+def read_chunks(settings: RunSettings, ledger: Ledger) -> Iterator[Chunk]:
     """The rows still to score, in file order, as chunks (what the read task yields).
 
     A chunk closes once it holds `chunk_size` rows and the next row has another source, so
@@ -120,140 +82,39 @@ def read_chunks(plan: Plan, ledger: Aggregator) -> Iterator[Chunk]:
     are asked once; at twice `chunk_size` it closes regardless, which bounds memory.
     """
     chunk = Chunk()
+    ids = [SCORERS[name] for name in settings.scorers]
     last: str | None = None
-    n = 0
-    for index, path in enumerate(plan.data):
-        try:
-            for row, record in read_rows(path):
-                if plan.limit is not None and n >= plan.limit:
-                    break
-                n += 1
-                todo = tuple(
-                    name for name in plan.scorers if not ledger.done(index, row, SCORERS[name])
-                )
-                if not todo:
-                    chunk.skipped += 1
-                    if chunk.skipped >= SKIPPED_PER_CHUNK and not chunk.rows:
-                        yield chunk
-                        chunk = Chunk()
-                    continue
-                key = _group(record, plan.mapping)
-                size = len(chunk.rows)
-                # A row without a source (an unreadable one) makes no judge calls: no cut.
-                cut = size >= plan.chunk_size and key is not None and key != last
-                if cut or size >= 2 * plan.chunk_size:
-                    yield chunk
-                    chunk = Chunk()
-                chunk.rows.append((index, row, record, todo))
-                last = key if key is not None else last
-        except (OSError, ValueError) as exc:
-            chunk.file_errors.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+    errors: list[str] = []
+    for row in file_rows(settings.data, limit=settings.limit, on_file_error=errors.append):
+        chunk.file_errors.extend(errors)
+        errors.clear()
+        done = {(row.file, row.number, i) for i in ids if ledger.done(row.file, row.number, i)}
+        if len(done) == len(ids):
+            chunk.skipped += 1
+            if chunk.skipped >= SKIPPED_PER_CHUNK and not chunk.rows:
+                yield chunk
+                chunk = Chunk()
+            continue
+        key = _group(row.record, dict(settings.mapping))
+        size = len(chunk.rows)
+        # A row without a source (an unreadable one) makes no judge calls: no cut there.
+        cut = size >= settings.chunk_size and key is not None and key != last
+        if cut or size >= 2 * settings.chunk_size:
+            yield chunk
+            chunk = Chunk()
+        chunk.rows.append(row)
+        chunk.done |= done
+        last = key if key is not None else last
+    chunk.file_errors.extend(errors)
     if chunk.rows or chunk.skipped or chunk.file_errors:
         yield chunk
-
-
-class ChunkScorer:
-    """Scores chunks into records with one engine (what each replica holds).
-
-    Args:
-        plan: the run.
-        engine: the judge; its `Runner` (and reply cache) lives as long as this object.
-    """
-
-    def __init__(self, plan: Plan, engine: Engine) -> None:
-        self.plan = plan
-        self.engine = engine
-        self.output_tokens = 0
-        self.runner = Runner(engine, on_wave=self._wave)
-        self.row_steps = RowSteps(dict(plan.mapping), engine)
-        self.scorers: dict[str, Scorer] = {}
-        if "summarization" in plan.scorers:
-            self.scorers["summarization"] = create_summarization_scorer(
-                engine, max_questions=plan.max_questions, scale=plan.scale
-            )
-        if "context-recall" in plan.scorers:
-            # Every row brings its own context, so the factory's static one is never used.
-            self.scorers["context-recall"] = create_context_recall_scorer(
-                engine, context=["(each row brings its own context)"], scale=plan.scale
-            )
-
-    def _wave(self, wave: WaveStats) -> None:
-        self.output_tokens += wave.output_tokens
-
-    def score(self, rows: list[Row]) -> list[dict[str, Any]]:
-        """The records of `rows` (one per row and scorer still to run), in order.
-
-        Whatever escapes the runner (an engine that breaks its contract, a row that makes a
-        scorer raise) becomes the error record of every (row, scorer) of the chunk, so that
-        the run goes on, as a failing row does.
-        """
-        try:
-            return self._score(rows)
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            return [
-                _record(
-                    self._base(file, row, record, name),
-                    ScoreResult(
-                        scorer=SCORERS[name],
-                        error=f"{self._label(file, row, record)}: {message}",
-                    ),
-                )
-                for file, row, record, todo in rows
-                for name in todo
-            ]
-
-    def _base(
-        self, file: int, row: int, record: dict[str, Any] | RowError, name: str
-    ) -> dict[str, Any]:
-        ident, _ = row_id(record, self.plan.mapping.get("id", "id"))
-        return {"row": row, "id": ident, "file": self.plan.files[file], "scorer": SCORERS[name]}
-
-    def _label(self, file: int, row: int, record: dict[str, Any] | RowError) -> str:
-        ident, _ = row_id(record, self.plan.mapping.get("id", "id"))
-        label = f"row {row}"
-        if len(self.plan.files) > 1:
-            label = f"{self.plan.files[file]} {label}"
-        if ident is not None:
-            label += f" (id {json.dumps(ident, ensure_ascii=False)})"
-        return label
-
-    def _score(self, rows: list[Row]) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = []
-        slots: list[int] = []
-        jobs: list[tuple[str, Steps]] = []
-        labels: list[str | None] = []
-        for file, row, record, todo in rows:
-            _, problem = row_id(record, self.plan.mapping.get("id", "id"))
-            label = self._label(file, row, record)
-            for name in todo:
-                scorer = self.scorers[name]
-                base = self._base(file, row, record, name)
-                error = problem
-                if error is None:
-                    assert isinstance(record, dict)
-                    try:
-                        steps = self.row_steps.steps(name, scorer, record)
-                    except InputError as exc:
-                        error = str(exc)
-                if error is not None:
-                    result = ScoreResult(scorer=scorer.id, error=f"{label}: {error}")
-                    records.append(_record(base, result))
-                    continue
-                slots.append(len(records))
-                records.append(base)
-                jobs.append((scorer.id, steps))
-                labels.append(label)
-        for slot, result in zip(slots, self.runner.run(jobs, labels), strict=True):
-            records[slot] = _record(records[slot], result)
-        return records
 
 
 @dataclass
 class Scored:
     """What a replica sends back for one chunk."""
 
-    records: list[dict[str, Any]]
+    records: list[Record]
     rows: int
     skipped: int
     file_errors: list[str]
@@ -264,43 +125,89 @@ class Scored:
 class Replica:
     """The `map_batches` class: one engine replica, scoring one chunk per call.
 
-    Ray Data builds one per actor of the pool (`__init__` loads the engine once) and calls it
-    with batches of pickled `Chunk`s; it returns pickled `Scored`s, in the same order.
+    Ray Data builds one per actor of the pool (`__init__` loads the engine once, with the
+    run's model and backend) and calls it with batches of pickled `Chunk`s; it returns
+    pickled `Scored`s, in the same order.
 
     Args:
-        plan: the run (model, backend, scorers, options, field mapping).
+        settings: the run.
+        files: file names as records carry them (the folder's: a resume keeps the first run's).
     """
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, settings: RunSettings, files: list[str]) -> None:
         from evalgpu.engines import load_engine
 
-        engine = load_engine(plan.model, backend=plan.backend)
-        self.scorer = ChunkScorer(plan, engine)
+        engine = load_engine(settings.model, backend=settings.backend)
         self.name = str(getattr(engine, "name", type(engine).__name__))
+        self.ids = [SCORERS[name] for name in settings.scorers]
+        self.output_tokens = 0
+        self.driver = Driver(
+            settings.build_scorers(engine),
+            mapping=settings.mapping,
+            files=files,
+            on_wave=self._wave,
+        )
+
+    def _wave(self, wave: WaveStats) -> None:
+        self.output_tokens += wave.output_tokens
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
         out = []
         for blob in batch["chunk"]:
             chunk: Chunk = pickle.loads(blob)
-            before = self.scorer.output_tokens
-            records = self.scorer.score(chunk.rows) if chunk.rows else []
+            before = self.output_tokens
+            records = self.score(chunk) if chunk.rows else []
             scored = Scored(
                 records=records,
                 rows=len(chunk.rows),
                 skipped=chunk.skipped,
                 file_errors=chunk.file_errors,
-                output_tokens=self.scorer.output_tokens - before,
+                output_tokens=self.output_tokens - before,
                 engine=self.name,
             )
             out.append(pickle.dumps(scored))
         return {"chunk": out}
 
+    def score(self, chunk: Chunk) -> list[Record]:
+        """The chunk's records (`Driver.score_chunk`).
+
+        Whatever escapes the driver (an engine that breaks its contract) becomes the error
+        record of every (row, scorer) of the chunk still to score, so that the run goes on,
+        as it does past a failing row; the chunk is retried by the next run.
+        """
+
+        def done(file: int, row: int, scorer: str) -> bool:
+            return (file, row, scorer) in chunk.done
+
+        try:
+            return self.driver.score_chunk(chunk.rows, done)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            records = []
+            for row in chunk.rows:
+                ident, _ = self.driver.reader.id(row)
+                label = self.driver.label(row, ident)
+                for sid in self.ids:
+                    if done(row.file, row.number, sid):
+                        continue
+                    base = {
+                        "row": row.number,
+                        "id": ident,
+                        "file": self.driver.files[row.file],
+                        "scorer": sid,
+                    }
+                    result = ScoreResult(
+                        scorer=sid, error=f"{label}: {message}", error_kind="engine"
+                    )
+                    records.append(make_record(base, result))
+            return records
+
 
 def _read(
-    batch: dict[str, Any], plan: Plan, ledger: Aggregator
+    batch: dict[str, Any], settings: RunSettings, ledger: Ledger
 ) -> Iterator[dict[str, list[bytes]]]:
-    """The read task: one input item, the run's chunks out, one batch each (streamed)."""
-    for chunk in read_chunks(plan, ledger):
+    """The read task: one input item in, the run's chunks out, one batch each (streamed)."""
+    for chunk in read_chunks(settings, ledger):
         yield {"chunk": [pickle.dumps(chunk)]}
 
 
@@ -309,12 +216,12 @@ def _forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("EVALGPU_")}
 
 
-def _gpus_per_replica(plan: Plan) -> int:
+def _gpus_per_replica(model: str | None) -> int:
     """GPUs one replica holds: the preset's vLLM `tensor_parallel_size`, else 1."""
     from evalgpu.models import preset_for
 
     try:
-        preset = preset_for(plan.model)
+        preset = preset_for(model)
     except (OSError, ValueError):
         preset = None
     size = preset.engine_options("vllm").get("tensor_parallel_size", 1) if preset else 1
@@ -333,7 +240,8 @@ def run_ray(
     """Score what `sweep` still lacks on a Ray cluster; write `summary.json` as `Sweep.run` does.
 
     Args:
-        sweep: an opened output folder (`open_sweep`): locked, config checked, ledger read.
+        sweep: an output folder opened with `open_sweep(settings)`: locked, its configuration
+            checked, what is done read.
         address: the cluster (`ray start --head` prints it); None: `RAY_ADDRESS`, else a
             local cluster started here and shut down at the end. A process already connected
             (`ray.init` before the call) keeps its connection.
@@ -346,17 +254,22 @@ def run_ray(
         on_error: called with each failed record's error message, and each unreadable file.
 
     Raises:
-        ImportError: Ray is not installed (`pip install -e ".[ray]"`).
-        ValueError: `replicas` or `gpus_per_replica` is out of range.
+        ImportError: Ray is not installed (`pip install "evalgpu[ray]"`).
+        ValueError: `replicas` or `gpus_per_replica` is out of range, or `sweep` was not
+            opened from settings.
     """
     if replicas is not None and (
         isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1
     ):
         raise ValueError(f"replicas must be >= 1, got {replicas!r}")
     if gpus_per_replica is not None and (
-        not isinstance(gpus_per_replica, int) or gpus_per_replica < 0
+        isinstance(gpus_per_replica, bool)
+        or not isinstance(gpus_per_replica, int)
+        or gpus_per_replica < 0
     ):
         raise ValueError(f"gpus_per_replica must be >= 0, got {gpus_per_replica!r}")
+    if sweep.settings is None:
+        raise ValueError("run_ray needs a sweep opened from settings (open_sweep)")
     try:
         import ray
         import ray.data
@@ -372,7 +285,7 @@ def run_ray(
             runtime_env={"env_vars": env} if env else None,
         )
     try:
-        return _drive(sweep, ray, replicas, gpus_per_replica, on_progress, on_error)
+        return _drive(sweep, sweep.settings, ray, replicas, gpus_per_replica, on_progress, on_error)
     finally:
         if started:
             ray.shutdown()
@@ -380,18 +293,18 @@ def run_ray(
 
 def _drive(
     sweep: Sweep,
+    settings: RunSettings,
     ray: Any,
     replicas: int | None,
     gpus_per_replica: int | None,
     on_progress: Callable[[Progress], None] | None,
     on_error: Callable[[str], None] | None,
 ) -> Outcome:
-    plan = Plan.of(sweep)
     report = on_progress or (lambda _: None)
-    error = on_error or (lambda _: None)
+    tell = on_error or (lambda _: None)
     cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
     if gpus_per_replica is None:
-        gpus_per_replica = _gpus_per_replica(plan) if cluster_gpus else 0
+        gpus_per_replica = _gpus_per_replica(settings.model) if cluster_gpus else 0
     if replicas is None:
         replicas = max(1, cluster_gpus // gpus_per_replica) if gpus_per_replica else 1
 
@@ -404,8 +317,6 @@ def _drive(
     # Every chunk its own block: Ray would otherwise merge the read's small outputs into one
     # block (up to 128 MiB), so no chunk would reach a replica before the whole file is read.
     context.target_max_block_size = 1
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    here = ray.get_runtime_context().get_node_id()
     env = _forwarded_env()
     runtime_env = {"env_vars": env} if env else None
     dataset = (
@@ -413,16 +324,16 @@ def _drive(
         .map_batches(
             _read,
             batch_size=1,
-            fn_kwargs={"plan": plan, "ledger": sweep.aggregator},
+            fn_kwargs={"settings": settings, "ledger": sweep.aggregator.ledger},
             # The files were hashed on this node; the read runs where they are.
-            label_selector={"ray.io/node-id": here},
+            label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
             num_cpus=0,
             runtime_env=runtime_env,
         )
         .map_batches(
             Replica,
             batch_size=1,
-            fn_constructor_kwargs={"plan": plan},
+            fn_constructor_kwargs={"settings": settings, "files": sweep.files},
             compute=ray.data.ActorPoolStrategy(size=replicas),
             num_cpus=1,
             num_gpus=gpus_per_replica,
@@ -430,58 +341,42 @@ def _drive(
         )
     )
 
-    progress = Progress(rows_total=sweep.rows_total)
-    engine_name = "?"
-    file_errors: list[str] = []
+    progress = sweep.progress
     ledger = sweep.aggregator
-    with open(sweep.results_path, "a", encoding="utf-8") as out:
-        for item in dataset.iter_rows():
-            scored: Scored = pickle.loads(item["chunk"])
-            engine_name = scored.engine
-            for message in scored.file_errors:
-                file_errors.append(message)
-                error(message)
-            # A (row, scorer) with a success already (a chunk delivered twice) adds nothing.
-            fresh = [r for r in scored.records if not _done(ledger, plan, r)]
-            if fresh:
-                out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in fresh))
-                out.flush()
-                os.fsync(out.fileno())
-            for r in fresh:
-                ledger.add(r)
-                if r["error"] is None:
-                    progress.scored += 1
-                else:
-                    progress.failed += 1
-                    error(r["error"])
-            progress.rows_run += scored.rows
-            progress.rows_done += scored.rows + scored.skipped
-            progress.resumed += scored.skipped
-            progress.output_tokens += scored.output_tokens
-            report(progress)
-    return _finish(sweep, progress, engine_name, file_errors)
-
-
-def _finish(sweep: Sweep, progress: Progress, engine: str, file_errors: list[str]) -> Outcome:
-    """Write `summary.json` as a local run does (it names the replicas' engine)."""
-    sweep._progress = progress
-
-    class _Named:
-        name = engine
-
-    summary_path = sweep.settings.out / "summary.json"
-    summary = sweep._summary(_Named())  # type: ignore[arg-type]
-    _write_atomic(summary_path, json.dumps(summary, indent=2) + "\n")
-    totals = [sweep.aggregator.counts(sid) for sid in sweep.ids]
+    names: list[str] = []
+    for item in dataset.iter_rows():
+        scored: Scored = pickle.loads(item["chunk"])
+        names.append(scored.engine)
+        for message in scored.file_errors:
+            sweep.file_errors.append(message)
+            tell(message)
+        # A (row, scorer) with a success already (a chunk delivered twice) adds nothing.
+        fresh = [r for r in scored.records if not _done(ledger.ledger, r)]
+        sweep.folder.append(fresh)
+        for r in fresh:
+            ledger.add(r)
+            if r["error"] is None:
+                progress.scored += 1
+            else:
+                progress.failed += 1
+                tell(r["error"])
+        progress.rows_run += scored.rows
+        progress.rows_done += scored.rows + scored.skipped
+        progress.resumed += scored.skipped
+        progress.output_tokens += scored.output_tokens
+        report(progress)
+    sweep.engine_name = ", ".join(dict.fromkeys(names)) or None
+    summary_path = sweep.finish(chunk_size=settings.chunk_size, limit=settings.limit)
+    totals = [ledger.counts(sid) for sid in sweep.ids]
     return Outcome(
         progress=progress,
         total_scored=sum(t[0] for t in totals),
         total_failed=sum(t[1] for t in totals),
-        file_errors=file_errors,
+        file_errors=sweep.file_errors,
         summary_path=summary_path,
     )
 
 
-def _done(ledger: Aggregator, plan: Plan, record: dict[str, Any]) -> bool:
-    file = plan.files.index(record["file"]) if len(plan.files) > 1 else 0
-    return ledger.done(file, record["row"], record["scorer"])
+def _done(ledger: Ledger, record: Record) -> bool:
+    file = ledger.file_index(record)
+    return file >= 0 and ledger.done(file, record["row"], record["scorer"])

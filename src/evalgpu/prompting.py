@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["JUDGE_SYSTEM", "fence", "judge_chat", "numbered"]
+__all__ = ["JUDGE_SYSTEM", "fence", "fenced", "judge_chat", "numbered"]
 
 # One system message for every call of both scorers: a row's calls then share their first
 # tokens, and the engine's prefix cache reuses them. Task wording goes after the user texts.
@@ -29,6 +29,11 @@ def fence(tag: str, text: str) -> str:
     """
     safe = _TAG_RE.sub(lambda m: "‹" + m.group(1) + m.group(2), text)
     return f"<{tag}>\n{safe}\n</{tag}>"
+
+
+def fenced(text: str, tag: str) -> list[str]:
+    """The contents of every `<tag>` block that `fence` wrote into `text`, in order."""
+    return re.findall(rf"<{re.escape(tag)}>\n(.*?)\n</{re.escape(tag)}>", text, flags=re.S)
 
 
 def numbered(items: list[str]) -> str:

@@ -3,23 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, ClassVar, get_args
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, model_validator
 
-from evalgpu.engines.base import JudgeRequest
+from evalgpu.engines.base import ErrorKind, JudgeRequest
 
-__all__ = ["InputError", "ScoreResult", "Steps", "Usage"]
+__all__ = [
+    "ERROR_KINDS",
+    "ErrorKind",
+    "InputError",
+    "ScoreResult",
+    "Steps",
+    "TooLongError",
+    "Usage",
+]
 
 RESULT_VERSION = 1
 
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
+"""Every `ErrorKind`: "input", "too_long", "invalid_reply", "engine" (the order reports use)."""
+
 
 class InputError(ValueError):
-    """A run cannot be scored as given (a blank summary, a context that is not a list, ...).
+    """A run cannot be scored as given (a missing summary, a context that is not a list, ...).
 
-    Raised inside a scorer's steps; the runner turns it into that row's `error`, and every
-    other row is still scored.
+    Raised inside a scorer's steps; the runner turns it into that row's `error`, with
+    `error_kind` set to the class's `kind`, and every other row is still scored.
     """
+
+    kind: ClassVar[ErrorKind] = "input"
+    """The `error_kind` of the result this error becomes."""
+
+
+class TooLongError(InputError):
+    """A text of the row is too long for the judge model's context (checked before sending)."""
+
+    kind: ClassVar[ErrorKind] = "too_long"
 
 
 class Usage(BaseModel):
@@ -70,8 +90,23 @@ class ScoreResult(BaseModel):
     axes: dict[str, float] | None = None
     """Axis scores in [0, 1] where the scorer has them (summarization: alignment, coverage)."""
     error: str | None = None
+    error_kind: ErrorKind | None = Field(
+        default=None,
+        serialization_alias="errorKind",
+        validation_alias=AliasChoices("error_kind", "errorKind"),
+    )
+    """Why `error` is set: "input" | "too_long" | "invalid_reply" | "engine" (see
+    `ErrorKind`); None when there is no error. An error given without a kind is "input"."""
     usage: Usage = Field(default_factory=Usage)
     version: int = RESULT_VERSION
+
+    @model_validator(mode="after")
+    def _kind_goes_with_error(self) -> ScoreResult:
+        if self.error is None and self.error_kind is not None:
+            raise ValueError(f"error_kind {self.error_kind!r} without an error")
+        if self.error is not None and self.error_kind is None:
+            self.error_kind = "input"  # the row could not be scored as given
+        return self
 
 
 Steps = Generator[list[JudgeRequest], list[BaseModel], ScoreResult]

@@ -1,68 +1,107 @@
-"""Dataset rows to scorer steps: which field feeds which argument, checked on the way.
+"""Rows: one dataset row, and which of its fields feeds which argument of a scorer's steps.
 
-A row is a dict read from a data file. `RowSteps` reads its fields (through `--map`), checks
-their types, and builds a scorer's steps, raising `InputError` that names the field when the row
-cannot be scored as it is (`summary: missing (no 'summary' column or a null value)`). The runner
-adds the row's label to that message. Mapping, kept explicit:
+Every entry point has the same rows: a file's records (`read_rows`) and a Python caller's dicts
+alike become `Row`s, and `RowReader` turns a row into a scorer's steps. It reads the row's
+fields (through a column map like `--map`), checks their types, and raises `InputError` that
+names the field when the row cannot be scored as it is (`summary: missing (no 'summary'
+column or a null value)`); the runner adds the row's label. Mapping, kept explicit:
 
 - summarization: `steps(input=row input or source, output=summary or output, source=source)`;
   an agent-shaped row (`input.inputMessages`, `output` messages) passes input and output as
   they are, and its source is the first user message unless the row has a `source`;
-- context recall: `steps(input=question, output=output, ground_truth, context=context)`; an
-  agent-shaped row without `context` takes its finished tool calls' results as the passages.
-  No (or a blank) ground truth is scored 0 without a model call (DESIGN §1), not an error.
+- context recall: `steps(input=question, output=output, ground_truth, context=context)`; a row
+  without `context` uses the scorer's own context option when it has one, else (agent-shaped
+  rows) its finished tool calls' results as the passages. No (or a blank) ground truth is
+  scored 0 without a model call (DESIGN §1), not an error.
+
+The scorers' texts (source, summary) are worked out once, in the scorer's steps; nothing here
+repeats that (the context-length check reads them back from the requests: `evalgpu.fit`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from evalgpu.data import RowError
-from evalgpu.engines.base import Engine, JudgeRequest
-from evalgpu.messages import (
-    extract_tool_results,
-    first_user_text,
-    is_agent_run,
-    last_assistant_text,
-)
+from evalgpu.data import RowError, read_rows
+from evalgpu.messages import extract_tool_results, is_agent_run
 from evalgpu.results import InputError, Steps
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["FIELDS", "ContextCheck", "RowSteps", "row_id"]
+__all__ = ["FIELDS", "Row", "RowReader", "file_rows", "python_rows", "row_id"]
 
 FIELDS = ("id", "input", "output", "source", "summary", "ground_truth", "context")
 """Row fields; `--map FIELD=COLUMN` reads a field from another column."""
 
 
-# Chat-template tokens allowed per message when checking that a prompt fits the judge.
-_TEMPLATE_TOKENS = 16
+@dataclass(frozen=True)
+class Row:
+    """One dataset row on its way to the scorers."""
 
-# The row field that makes each judge call long, named when it does not fit the judge.
-_TAG_FIELD = {
-    "summarization.alignment": "source",
-    "summarization.questions": "source",
-    "summarization.coverage": "summary",
-    "summarization.reason": "summary",
-    "context_recall.claims": "ground_truth",
-    "context_recall.attribution": "context",
-    "context_recall.reason": "ground_truth",
-}
+    file: int
+    """Index of its data file in the run's files (0 for rows from Python)."""
+    number: int
+    """1-based line number (JSON Lines, CSV) or element number (JSON, Parquet, Python)."""
+    record: dict[str, Any] | RowError
+    """The row's fields, or why it could not be read."""
 
 
-class RowSteps:
+def file_rows(
+    paths: Sequence[Path],
+    *,
+    limit: int | None = None,
+    on_file_error: Callable[[str], None] = lambda _: None,
+) -> Iterator[Row]:
+    """The rows of every file in order, up to `limit` in all, read one at a time.
+
+    A file that cannot be read at all is reported to `on_file_error` (the message names it)
+    and skipped; a row that cannot be read is a `Row` holding a `RowError`.
+    """
+    n = 0
+    for index, path in enumerate(paths):
+        try:
+            for number, record in read_rows(path):
+                if limit is not None and n >= limit:
+                    return
+                n += 1
+                yield Row(index, number, record)
+        except (OSError, ValueError) as exc:
+            on_file_error(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+
+
+def python_rows(items: Iterable[Any]) -> Iterator[Row]:
+    """Rows from a Python iterable of dicts, numbered from 1; anything else is a bad row."""
+    for number, item in enumerate(items, 1):
+        if isinstance(item, dict):
+            yield Row(0, number, item)
+        else:
+            yield Row(0, number, RowError(f"a row must be a dict, got {_kind(item)}"))
+
+
+class RowReader:
     """Builds one row's steps for a scorer, with `mapping` (field -> column) applied.
 
     Args:
-        mapping: field -> column, for files whose columns have other names.
-        engine: the judge; when it offers `count_tokens` and `max_model_len`, every judge
-            call is checked against the model's context before it is sent.
+        mapping: field -> column, for rows whose columns have other names.
+
+    Raises:
+        ValueError: `mapping` names a field that is not one of `FIELDS`, or no column.
     """
 
-    def __init__(self, mapping: dict[str, str], engine: Engine | None = None) -> None:
-        self.mapping = dict(mapping)
-        self.check = ContextCheck(engine)
+    def __init__(self, mapping: Mapping[str, str] | None = None) -> None:
+        self.mapping = dict(mapping or {})
+        for key, column in self.mapping.items():
+            if key not in FIELDS:
+                raise ValueError(f"map: unknown field {key!r}; the fields are {', '.join(FIELDS)}")
+            if not column:
+                raise ValueError(f"map: {key}= needs a column name")
+
+    def id(self, row: Row) -> tuple[str | None, str | None]:
+        """The row's id (its mapped `id` column) and an error when it is of a wrong type."""
+        return row_id(row.record, self.mapping.get("id", "id"))
 
     def _get(self, record: dict[str, Any], key: str) -> Any:
         return record.get(self.mapping.get(key, key))
@@ -71,21 +110,20 @@ class RowSteps:
         column = self.mapping.get(key, key)
         return f"{key}: missing (no {column!r} column or a null value)"
 
-    def steps(self, name: str, scorer: Scorer, record: dict[str, Any]) -> Steps:
-        """The row's steps for `name` ("summarization" | "context-recall").
+    def steps(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
+        """The row's steps for `scorer`.
 
         Raises:
             InputError: a field is missing, blank or of a wrong type (the message names it).
         """
-        if name == "summarization":
-            steps, texts = self._summarization(scorer, record)
-        else:
-            steps, texts = self._context_recall(scorer, record)
-        return self.check.wrap(steps, texts) if self.check.active else steps
+        if scorer.id == "summarization-scorer":
+            return self._summarization(scorer, record)
+        if scorer.id == "context-recall-scorer":
+            return self._context_recall(scorer, record)
+        truth = self._get(record, "ground_truth")
+        return scorer.steps(self._get(record, "input"), self._get(record, "output"), truth)
 
-    def _summarization(
-        self, scorer: Scorer, record: dict[str, Any]
-    ) -> tuple[Steps, dict[str, str]]:
+    def _summarization(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
         input_ = self._get(record, "input")
         source = self._get(record, "source")
         summary = self._get(record, "summary")
@@ -99,19 +137,12 @@ class RowSteps:
             )
         if source is not None and not isinstance(source, str):
             raise InputError(f"source: must be a string, got {_kind(source)}")
-        if source is None and input_ is None:
+        if source is None and input_ is None and "source" not in scorer.fallbacks:
             raise InputError(self._missing("source"))
         per_run = {"source": source} if source is not None else {}
-        steps = scorer.steps(input_ if input_ is not None else source, summary, None, **per_run)
-        texts = {
-            "source": source if source is not None else (first_user_text(input_) or ""),
-            "summary": last_assistant_text(summary) or "",
-        }
-        return steps, texts
+        return scorer.steps(input_ if input_ is not None else source, summary, None, **per_run)
 
-    def _context_recall(
-        self, scorer: Scorer, record: dict[str, Any]
-    ) -> tuple[Steps, dict[str, str]]:
+    def _context_recall(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
         input_ = self._get(record, "input")
         output = self._get(record, "output")
         truth = self._get(record, "ground_truth")
@@ -120,7 +151,9 @@ class RowSteps:
         context = self._get(record, "context")
         if truth is None or (isinstance(truth, str) and not truth.strip()):
             # Normative (DESIGN §1): no ground truth scores 0 without a model call.
-            return scorer.steps(input_, output, truth, context=context), {}
+            return scorer.steps(input_, output, truth)
+        if context is None and "context" in scorer.fallbacks:
+            return scorer.steps(input_, output, truth)  # the scorer's own context option
         if context is None and is_agent_run(input_, output):
             # An agent-shaped row without a context column: its tool results are the context.
             results = extract_tool_results(output)
@@ -144,65 +177,12 @@ class RowSteps:
             )
         if not any(p.strip() for p in context):
             raise InputError("context: blank (no passage has text)")
-        steps = scorer.steps(
+        return scorer.steps(
             input_ if input_ is not None else "",
             output if output is not None else "",
             truth,
             context=context,
         )
-        return steps, {
-            "ground_truth": truth if isinstance(truth, str) else "",
-            "context": "\n\n".join(context),
-        }
-
-
-class ContextCheck:
-    """Refuses a judge call whose prompt and reply cannot fit the judge model's context.
-
-    Used only when the engine offers `count_tokens(text) -> int` and `max_model_len: int`
-    (prompt plus reply tokens the model holds); other engines are trusted to cope.
-    """
-
-    def __init__(self, engine: Engine | None) -> None:
-        count = getattr(engine, "count_tokens", None)
-        limit = getattr(engine, "max_model_len", None)
-        self.active = callable(count) and isinstance(limit, int) and limit > 0
-        self.count: Callable[[str], int] = count if callable(count) else len
-        self.limit = limit if isinstance(limit, int) else 0
-
-    def check(self, request: JudgeRequest, texts: dict[str, str]) -> None:
-        overhead = _TEMPLATE_TOKENS * len(request.messages) + request.max_tokens
-        # No tokenizer makes more tokens than UTF-8 bytes, so short prompts skip counting.
-        if sum(len(m["content"].encode()) for m in request.messages) + overhead <= self.limit:
-            return
-        need = sum(self.count(m["content"]) for m in request.messages) + overhead
-        if need <= self.limit:
-            return
-        key = _TAG_FIELD.get(request.tag, "input")
-        own = texts.get(key)
-        size = f"{self.count(own):,} tokens" if own else "too long"
-        raise InputError(
-            f"{key}: {size}, too long for the judge model's context of {self.limit:,} tokens "
-            f"({request.tag} needs {need:,} with its instructions and reply)"
-        )
-
-    def wrap(self, steps: Steps, texts: dict[str, str]) -> Steps:
-        """`steps`, with every request checked before the runner sends it."""
-        try:
-            try:
-                requests = next(steps)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            while True:
-                for request in requests:
-                    self.check(request, texts)
-                replies = yield requests
-                try:
-                    requests = steps.send(replies)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
-        finally:
-            steps.close()
 
 
 def row_id(record: dict[str, Any] | RowError, column: str) -> tuple[str | None, str | None]:

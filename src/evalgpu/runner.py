@@ -6,28 +6,81 @@ requests it needs next, receives their parsed replies in the same order, and fin
 ready request of every row, sends identical requests once, and makes a single
 `engine.generate()` call; replies are routed back by position. A row whose request fails, or
 whose steps raise, gets a result with `error` set; the other rows go on.
+
+Replies are cached per engine, not per runner (`reply_cache`): every `Runner` of one engine,
+whoever built it (`scorer.run`, `run_batch`, `run_evals`, a sweep), asks a repeated question
+once. Before a wave is sent, each request is checked against the judge model's context
+(`evalgpu.fit`); a request that cannot fit fails its row without reaching the engine.
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from pydantic import BaseModel
 
-from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
+from evalgpu.engines.base import Engine, ErrorKind, JudgeReply, JudgeRequest
+from evalgpu.fit import ContextFit
 from evalgpu.results import InputError, ScoreResult, Steps, Usage
 
-__all__ = ["Runner", "WaveStats", "run_evals"]
+__all__ = ["ReplyCache", "Runner", "WaveStats", "reply_cache"]
 
 _Key = tuple[str, type, int, str]
 
 
 def _key(request: JudgeRequest) -> _Key:
     return (request.tag, request.schema, request.max_tokens, json.dumps(request.messages))
+
+
+class ReplyCache:
+    """Successful replies of one engine, keyed by the exact request, least recently used out.
+
+    Judges decode at temperature 0, so a repeated request (a repeated source's questions, a
+    repeated ground truth's claims) would get the same reply: it is asked once per engine.
+
+    Args:
+        size: the most replies kept (a reply is a few hundred bytes of text).
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._replies: OrderedDict[_Key, JudgeReply] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    def get(self, key: _Key) -> JudgeReply | None:
+        reply = self._replies.get(key)
+        if reply is not None:
+            self._replies.move_to_end(key)
+        return reply
+
+    def put(self, key: _Key, reply: JudgeReply) -> None:
+        self._replies[key] = reply
+        self._replies.move_to_end(key)
+        if len(self._replies) > self.size:
+            self._replies.popitem(last=False)
+
+
+_CACHES: dict[int, tuple[ReplyCache, object]] = {}
+"""id(engine) -> (its cache, the engine itself when it cannot be weakly referenced)."""
+
+
+def reply_cache(engine: Engine) -> ReplyCache:
+    """The reply cache of `engine`, made on first use and dropped with the engine."""
+    key = id(engine)
+    if key not in _CACHES:
+        cache = ReplyCache()
+        try:
+            weakref.finalize(engine, _CACHES.pop, key, None)
+            _CACHES[key] = (cache, None)
+        except TypeError:  # no weak reference: hold the engine, so that its id stays its own
+            _CACHES[key] = (cache, engine)
+    return _CACHES[key][0]
 
 
 @dataclass
@@ -55,12 +108,12 @@ class WaveStats:
 class Runner:
     """Drives many rows' steps against one engine, one `generate()` per wave.
 
+    A runner is cheap: it holds no replies of its own (see `reply_cache`).
+
     Args:
         engine: the judge.
-        cache_size: successful replies kept, keyed by the exact request, so that a repeated
-            source's questions (or a repeated ground truth's claims) are asked once per
-            runner, also across batches. Judges decode at temperature 0, so a repeated
-            request would get the same reply. 0 turns the cache off.
+        cache: True for the engine's shared reply cache, False for none (every request is
+            sent), or a `ReplyCache` of the caller's.
         on_wave: called with a `WaveStats` after each `generate()`.
     """
 
@@ -68,14 +121,14 @@ class Runner:
         self,
         engine: Engine,
         *,
-        cache_size: int = 4096,
+        cache: bool | ReplyCache = True,
         on_wave: Callable[[WaveStats], None] | None = None,
     ) -> None:
         self.engine = engine
-        self.cache_size = cache_size
+        self.cache = reply_cache(engine) if cache is True else cache or None
         self.on_wave = on_wave
         self.generate_calls = 0
-        self._cache: OrderedDict[_Key, JudgeReply] = OrderedDict()
+        self.fit = ContextFit(engine)
 
     def run(
         self,
@@ -115,6 +168,7 @@ class Runner:
         try:
             if replies is None:
                 state.pending = next(state.steps)
+                self._check_fit(state)
             else:
                 parsed: list[BaseModel] = []
                 for request, (reply, calls) in zip(state.pending, replies, strict=True):
@@ -123,10 +177,12 @@ class Runner:
                     )
                     if reply.error is not None:
                         state.steps.close()
-                        return self._fail(state, f"{request.tag}: {reply.error}", results)
+                        kind = reply.error_kind or "engine"  # the engine did not say why
+                        return self._fail(state, f"{request.tag}: {reply.error}", results, kind)
                     assert reply.parsed is not None  # no error: checked in _call
                     parsed.append(reply.parsed)
                 state.pending = state.steps.send(parsed)
+                self._check_fit(state)
             return True
         except StopIteration as done:
             result: ScoreResult = done.value
@@ -134,14 +190,28 @@ class Runner:
             results[state.index] = result
             return False
         except InputError as exc:
-            return self._fail(state, str(exc), results)
-        except Exception as exc:  # a user extractor or target may raise anything
-            return self._fail(state, f"{type(exc).__name__}: {exc}", results)
+            return self._fail(state, str(exc), results, exc.kind)
+        except Exception as exc:
+            # A user extractor may raise anything, and so may a row's strange values while its
+            # steps are built (a structure nested too deeply): the row, not the engine, is why.
+            return self._fail(state, f"{type(exc).__name__}: {exc}", results, "input")
 
-    def _fail(self, state: _Row, message: str, results: list[ScoreResult | None]) -> bool:
+    def _check_fit(self, state: _Row) -> None:
+        try:
+            for request in state.pending:
+                self.fit.check(request)
+        except InputError:
+            state.steps.close()
+            raise
+
+    def _fail(
+        self, state: _Row, message: str, results: list[ScoreResult | None], kind: ErrorKind
+    ) -> bool:
         if state.label:
             message = f"{state.label}: {message}"
-        results[state.index] = ScoreResult(scorer=state.scorer, error=message, usage=state.usage)
+        results[state.index] = ScoreResult(
+            scorer=state.scorer, error=message, error_kind=kind, usage=state.usage
+        )
         return False
 
     def _answer(self, wave: list[JudgeRequest]) -> list[tuple[JudgeReply, int]]:
@@ -150,14 +220,16 @@ class Runner:
         Identical requests are sent once; the first row that asked pays for it.
         """
         unique: dict[_Key, int] = {}
+        hit: dict[_Key, JudgeReply] = {}
         to_send: list[JudgeRequest] = []
         hits = 0
         for request in wave:
             key = _key(request)
             if key in unique:
                 continue
-            if key in self._cache:
-                self._cache.move_to_end(key)
+            cached = self.cache.get(key) if self.cache is not None else None
+            if cached is not None:
+                hit[key] = cached
                 unique[key] = -1
                 hits += 1
                 continue
@@ -176,16 +248,14 @@ class Runner:
                 )
             )
         for request, reply in zip(to_send, sent, strict=True):
-            if reply.error is None and self.cache_size > 0:
-                self._cache[_key(request)] = reply
-                if len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+            if reply.error is None and self.cache is not None:
+                self.cache.put(_key(request), reply)
         out: list[tuple[JudgeReply, int]] = []
         paid: set[_Key] = set()
         for request in wave:
             key = _key(request)
             slot = unique[key]
-            reply = sent[slot] if slot >= 0 else self._cache[key]
+            reply = sent[slot] if slot >= 0 else hit[key]
             if slot < 0 or key in paid:
                 out.append((_free(reply), 0))
             else:
@@ -213,6 +283,7 @@ class Runner:
                 second.cached_tokens += first.cached_tokens
                 if second.finish_reason == "length":
                     second.error = f"reply cut at max_tokens={request.max_tokens} after one retry"
+                    second.error_kind = "invalid_reply"
                 replies[i] = second
         return replies, costs
 
@@ -222,7 +293,7 @@ class Runner:
             replies = list(self.engine.generate(requests))
         except Exception as exc:  # the engine broke on this wave: its rows fail, not the run
             message = f"engine {self.engine.name!r} failed: {type(exc).__name__}: {exc}"
-            return [JudgeReply(None, "", 0, 0, 0, "error", message) for _ in requests]
+            return [JudgeReply(None, "", 0, 0, 0, "error", message, "engine") for _ in requests]
         if len(replies) != len(requests):
             raise RuntimeError(
                 f"engine {self.engine.name!r} returned {len(replies)} replies "
@@ -231,86 +302,9 @@ class Runner:
         for request, reply in zip(requests, replies, strict=True):
             if reply.error is None and not isinstance(reply.parsed, request.schema):
                 reply.error = "engine returned no reply parsed against the schema"
+                reply.error_kind = "invalid_reply"
         return replies
 
 
 def _free(reply: JudgeReply) -> JudgeReply:
     return replace(reply, prompt_tokens=0, output_tokens=0, cached_tokens=0)
-
-
-def run_evals(
-    data: Iterable[dict[str, Any]],
-    scorers: Sequence[Any],
-    target: Callable[[Any], Any] | None = None,
-    on_item_complete: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """Score a dataset with several scorers, batching across items and scorers.
-
-    Args:
-        data: items, dicts with `input`, optional `output` (else `target(input)` makes it) and
-            optional `ground_truth` (`groundTruth` is accepted too).
-        scorers: scorer objects (from `create_*_scorer`).
-        target: makes an item's output from its input when the item has none.
-        on_item_complete: called once per item, in order, with that item's entry of `items`.
-
-    Returns:
-        `{"scores": {scorer_id: mean score or None}, "summary": {"total_items": n,
-        "failed_items": k}, "items": [{"item", "output", "scorer_results": {id: result}}]}`.
-        An item fails when any of its scorers (or its target) failed.
-    """
-    items = list(data)
-    outputs: list[Any] = []
-    target_errors: list[str | None] = []
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or "input" not in item:
-            outputs.append(None)
-            target_errors.append(f"item {i + 1}: an item is a dict with an 'input' key")
-        elif "output" in item or target is None:
-            outputs.append(item.get("output"))
-            target_errors.append(None)
-        else:
-            try:
-                outputs.append(target(item["input"]))
-                target_errors.append(None)
-            except Exception as exc:
-                outputs.append(None)
-                target_errors.append(f"item {i + 1}: target raised {type(exc).__name__}: {exc}")
-
-    per_item: list[dict[str, ScoreResult]] = [{} for _ in items]
-    by_engine: dict[int, list[Any]] = {}
-    for scorer in scorers:
-        by_engine.setdefault(id(scorer.engine), []).append(scorer)
-    for group in by_engine.values():
-        jobs: list[tuple[int, Any]] = []
-        rows: list[tuple[str, Steps]] = []
-        for i, item in enumerate(items):
-            for scorer in group:
-                if target_errors[i] is not None:
-                    per_item[i][scorer.id] = ScoreResult(scorer=scorer.id, error=target_errors[i])
-                    continue
-                ground_truth = item.get("ground_truth", item.get("groundTruth"))
-                jobs.append((i, scorer))
-                rows.append((scorer.id, scorer.steps(item["input"], outputs[i], ground_truth)))
-        labels = [f"item {i + 1}" for i, _ in jobs]
-        for (i, scorer), result in zip(
-            jobs, Runner(group[0].engine).run(rows, labels), strict=True
-        ):
-            per_item[i][scorer.id] = result
-
-    entries = []
-    for i, item in enumerate(items):
-        entry = {"item": item, "output": outputs[i], "scorer_results": per_item[i]}
-        entries.append(entry)
-        if on_item_complete is not None:
-            on_item_complete(entry)
-    scores: dict[str, float | None] = {}
-    for scorer in scorers:
-        got = [e["scorer_results"][scorer.id].score for e in entries]
-        ok = [s for s in got if s is not None]
-        scores[scorer.id] = sum(ok) / len(ok) if ok else None
-    failed = sum(any(r.error for r in e["scorer_results"].values()) for e in entries)
-    return {
-        "scores": scores,
-        "summary": {"total_items": len(items), "failed_items": failed},
-        "items": entries,
-    }

@@ -253,6 +253,7 @@ def test_a_prompt_over_the_context_length_is_an_error_reply(engine):
     replies = engine.generate([long, fine])
     assert replies[0].finish_reason == "error"
     assert "exceeds max_model_len=8192" in replies[0].error
+    assert replies[0].error_kind == "too_long"
     assert replies[1].finish_reason in ("stop", "length")
 
 

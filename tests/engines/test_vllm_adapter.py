@@ -21,6 +21,7 @@ from evalgpu.engines.vllm import (
     REGEX_COMPILATION_TIMEOUT_S,
     VLLMEngine,
     json_schema,
+    rejection_kind,
     reply_from_output,
     to_vllm,
 )
@@ -138,12 +139,14 @@ def test_cut_reply_is_an_error_never_parsed():
     assert reply.parsed is None
     assert reply.finish_reason == "length"
     assert reply.error == f"reply cut at max_tokens={request.max_tokens}"
+    assert reply.error_kind == "invalid_reply"
 
 
 def test_schema_mismatch_is_an_error():
     reply = reply_from_output(claims_request("A."), Output([Completion('{"claim": "A."}', [5])]))
     assert reply.parsed is None
     assert reply.error is not None and reply.error.startswith("reply does not match the schema")
+    assert reply.error_kind == "invalid_reply"
 
 
 def test_vllm_error_finish_is_an_error_reply():
@@ -154,6 +157,7 @@ def test_vllm_error_finish_is_an_error_reply():
     assert reply.finish_reason == "error"
     assert reply.error is not None
     assert reply.error.startswith("vLLM ended the request with finish_reason='error'")
+    assert reply.error_kind == "engine"
 
 
 # The engine around LLM.chat(), with a stand-in `vllm` module.
@@ -303,6 +307,7 @@ def test_a_rejected_request_fails_alone(fake_vllm):
         "model length of 2048."
     )
     assert replies[2].finish_reason == "error"
+    assert replies[2].error_kind == "too_long"
     # The full batch, then halves until the rejected request stands alone.
     assert [len(c[0]) for c in engine.llm.calls] == [5, 2, 3, 1, 2]
 
@@ -313,7 +318,26 @@ def test_a_value_error_also_counts_as_a_rejection(fake_vllm):
     assert (
         replies[0].error == "vLLM rejected the request: the chat template rejected the conversation"
     )
+    assert replies[0].error_kind == "engine"  # rejected, but not for its length
     assert replies[1].error is None
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        (
+            "The decoder prompt (length 9000) is longer than the maximum model length of 2048.",
+            "too_long",
+        ),
+        (
+            "This model's maximum context length is 2048 tokens. However, you requested 2100",
+            "too_long",
+        ),
+        ("the chat template rejected the conversation", "engine"),
+    ],
+)
+def test_a_rejection_is_too_long_only_for_the_context(message, kind):
+    assert rejection_kind(message) == kind
 
 
 def test_other_engine_failures_raise(fake_vllm, monkeypatch):

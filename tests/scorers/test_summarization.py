@@ -239,18 +239,40 @@ def test_no_questions_scores_zero_without_a_coverage_call():
     assert "no questions" in result.reason
 
 
-def test_blank_summary_is_an_error_naming_the_field(engine):
+def test_a_blank_summary_scores_0_without_a_judge_call(engine):
+    blank = [
+        {"input": SOURCE, "output": ""},
+        {"input": SOURCE, "output": " \n\t "},
+        agent_run(SOURCE, "   "),  # the only assistant message is blank
+        {"input": {"inputMessages": [{"role": "user", "content": SOURCE}]}, "output": []},
+    ]
+    results = create_summarization_scorer(engine, scale=5).run_batch(blank)
+    for result in results:
+        assert result.error is None
+        assert result.score == 0.0 and result.error_kind is None
+        assert "The summary is empty" in result.reason
+        assert result.axes == {"alignment": 0.0, "coverage": 0.0}
+        assert result.preprocess_step_result == {"alignment": [], "questions": []}
+        assert result.usage.calls == 0
+    assert engine.calls == []
+
+
+def test_an_absent_or_mistyped_summary_or_a_missing_source_is_an_input_error(engine):
     results = create_summarization_scorer(engine).run_batch(
         [
-            agent_run(SOURCE, "   "),
             {"input": SOURCE, "output": None},
+            {"input": SOURCE, "output": 42},
+            {"input": SOURCE, "output": ["a sentence"]},
             {"input": " ", "output": FULL},
+            {"input": " ", "output": " "},  # blank summary, but no source: the row is broken
         ]
     )
-    assert [r.score for r in results] == [None, None, None]
-    assert results[0].error.startswith("row 1: summary:")
-    assert results[1].error.startswith("row 2: summary:")
-    assert results[2].error.startswith("row 3: source:")
+    assert [r.score for r in results] == [None] * 5
+    assert results[0].error == "row 1: summary: missing (the output is None)"
+    assert results[1].error == "row 2: summary: must be a string or a list of messages, got int"
+    assert results[2].error == "row 3: summary: must be a list of messages, got a list holding str"
+    assert results[3].error.startswith("row 4: source:")
+    assert results[4].error.startswith("row 5: source:")
     assert engine.calls == []
 
 

@@ -32,6 +32,7 @@ def reply_from_text(
     )
     if finish_reason == "length":
         reply.error = f"reply cut at max_tokens={request.max_tokens}"
+        reply.error_kind = "invalid_reply"
         return reply
     try:
         reply.parsed = request.schema.model_validate_json(text)
@@ -39,4 +40,5 @@ def reply_from_text(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "reply"
         reply.error = f"reply does not match the schema ({where}: {first['msg']})"
+        reply.error_kind = "invalid_reply"
     return reply

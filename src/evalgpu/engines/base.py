@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-__all__ = ["Engine", "JudgeReply", "JudgeRequest"]
+__all__ = ["Engine", "ErrorKind", "JudgeReply", "JudgeRequest"]
+
+ErrorKind = Literal["input", "too_long", "invalid_reply", "engine"]
+"""Why a result failed: `input` (a bad row or field), `too_long` (a text too long for the
+judge's context), `invalid_reply` (a reply not valid for its schema, or cut twice at
+max_tokens), `engine` (the engine raised or failed the request)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,10 @@ class JudgeReply:
     finish_reason: str
     """"stop" | "length" | ..."""
     error: str | None = None
+    error_kind: ErrorKind | None = None
+    """Why `error` is set, when the engine knows: "too_long" (the prompt and reply do not fit
+    the model's context), "invalid_reply" (cut, or not valid for the schema), "engine".
+    None with an error: the runner counts it as "engine". (An addition to DESIGN.md §2.)"""
 
 
 @runtime_checkable

@@ -335,7 +335,7 @@ class TransformersEngine:
                     f"prompt of {len(ids)} tokens + max_tokens={request.max_tokens} exceeds "
                     f"max_model_len={self.max_model_len}"
                 )
-                replies[i] = JudgeReply(None, "", len(ids), 0, 0, "error", message)
+                replies[i] = JudgeReply(None, "", len(ids), 0, 0, "error", message, "too_long")
         fitting = [i for i, reply in enumerate(replies) if reply is None]
         for slot in self._decode([requests[i] for i in fitting], [encoded[i] for i in fitting]):
             i = fitting[slot.at]

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from evalgpu.engines._parse import reply_from_text
-from evalgpu.engines.base import JudgeReply, JudgeRequest
+from evalgpu.engines.base import ErrorKind, JudgeReply, JudgeRequest
 
 if TYPE_CHECKING:
     from vllm import LLM, RequestOutput, SamplingParams  # type: ignore[import-not-found, unused-ignore]
@@ -63,6 +63,7 @@ __all__ = [
     "STRUCTURED_OUTPUTS_BACKENDS",
     "VLLMEngine",
     "json_schema",
+    "rejection_kind",
     "reply_from_output",
     "to_vllm",
 ]
@@ -272,7 +273,7 @@ class VLLMEngine:
         return [
             reply_from_output(request, output)
             if not isinstance(output, str)
-            else JudgeReply(None, "", 0, 0, 0, "error", output)
+            else JudgeReply(None, "", 0, 0, 0, "error", output, rejection_kind(output))
             for request, output in zip(requests, outputs, strict=True)
         ]
 
@@ -322,6 +323,18 @@ class VLLMEngine:
         return outputs
 
 
+# How vLLM words a prompt (with its reply budget) that does not fit the model's context: the
+# offline check ("The decoder prompt (length N) is longer than the maximum model length of M")
+# and the request check ("This model's maximum context length is M tokens ..."). vLLM raises
+# the same exception class for every rejection, so its words are all there is to go on.
+_TOO_LONG_WORDINGS = ("longer than the maximum model length", "maximum context length")
+
+
+def rejection_kind(message: str) -> ErrorKind:
+    """The error kind of a request vLLM rejected: "too_long" for its context, else "engine"."""
+    return "too_long" if any(w in message for w in _TOO_LONG_WORDINGS) else "engine"
+
+
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:
     """A `SamplingParams` from one settings dict of `to_vllm` (a fresh one per request)."""
     from vllm import SamplingParams  # type: ignore[import-not-found, unused-ignore]
@@ -359,6 +372,7 @@ def reply_from_output(request: JudgeRequest, output: RequestOutput) -> JudgeRepl
                 f"vLLM ended the request with finish_reason={finish_reason!r} "
                 "(a schema that failed to compile ends this way; see vLLM's log)"
             ),
+            error_kind="engine",
         )
     return reply_from_text(
         request,

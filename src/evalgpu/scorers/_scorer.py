@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalgpu.engines.base import Engine
 from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.runner import Runner
 
-__all__ = ["Scorer", "resolve_engine"]
+__all__ = ["Scorer", "callable_name", "digest", "resolve_engine"]
 
 
 def resolve_engine(model: Any) -> Engine:
@@ -29,15 +30,24 @@ def resolve_engine(model: Any) -> Engine:
 
 @dataclass
 class Scorer:
-    """A configured scorer. All batching happens in the runner; this only wires it up."""
+    """A configured scorer. All batching happens in the runner; this only wires it up.
+
+    Every `run` / `run_batch` goes through a `Runner` of the scorer's engine, and so through
+    that engine's reply cache, which every scorer on the engine shares.
+    """
 
     id: str
+    """"summarization-scorer" | "context-recall-scorer"."""
     engine: Engine
+    """The judge."""
     steps_fn: Callable[..., Steps]
+    """`(input, output, ground_truth, **per_run) -> Steps` (the scorer module's `_steps`)."""
     per_run_fields: frozenset[str] = frozenset()
-
-    def __post_init__(self) -> None:
-        self._runner = Runner(self.engine)
+    """Options a run may bring as its own: `source` (summarization), `context` (recall)."""
+    fallbacks: frozenset[str] = frozenset()
+    """Per-run fields the scorer can do without, because it has its own option for them."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The options that change scores (recorded in an output folder's configuration)."""
 
     def steps(self, input: Any, output: Any, ground_truth: Any = None, **per_run: Any) -> Steps:
         """The judge steps for one run (the runner drives them).
@@ -53,7 +63,7 @@ class Scorer:
 
     def run(self, input: Any = None, output: Any = None, ground_truth: Any = None) -> ScoreResult:
         """Score one run."""
-        return self._runner.run([(self.id, self.steps(input, output, ground_truth))])[0]
+        return Runner(self.engine).run([(self.id, self.steps(input, output, ground_truth))])[0]
 
     def run_batch(self, runs: Sequence[dict[str, Any]]) -> list[ScoreResult]:
         """Score many runs (dicts with `input`, `output`, optional `ground_truth`) together.
@@ -62,7 +72,7 @@ class Scorer:
         one result per run, in order; a run that fails has `error` set and `score` None.
         """
         rows = [(self.id, self._run_steps(run)) for run in runs]
-        return self._runner.run(rows, labels=[f"row {i}" for i in range(1, len(rows) + 1)])
+        return Runner(self.engine).run(rows, labels=[f"row {i}" for i in range(1, len(rows) + 1)])
 
     def _run_steps(self, run: Any) -> Steps:
         if not isinstance(run, dict):
@@ -75,3 +85,13 @@ class Scorer:
 def _invalid(message: str) -> Steps:
     raise InputError(message)
     yield  # unreachable: makes this a generator, so the runner records the error for the row
+
+
+def digest(text: str) -> str:
+    """A short hash that stands for a static option's text in a configuration."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def callable_name(fn: Callable[..., Any]) -> str:
+    """`module.qualname` of an extractor, as a configuration records it."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"

@@ -7,6 +7,7 @@ prompts, the factory, the two requests, the score and the reason, and `_steps`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal
@@ -15,7 +16,7 @@ from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import is_agent_run
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
-from evalgpu.scorers._scorer import Scorer, resolve_engine
+from evalgpu.scorers._scorer import Scorer, callable_name, digest, resolve_engine
 from evalgpu.verdicts import (
     CLAIM_CHARS,
     MAX_CLAIMS,
@@ -96,7 +97,21 @@ def create_context_recall_scorer(
     steps = partial(
         _steps, context=context, context_extractor=context_extractor, scale=scale, reason=reason
     )
-    return Scorer(SCORER_ID, resolve_engine(model), steps, frozenset({"context"}))
+    options: dict[str, Any] = {"scale": float(scale)}
+    if reason != "template":
+        options["reason"] = reason
+    if context is not None:
+        options["context"] = digest(json.dumps(context))
+    if context_extractor is not None:
+        options["context_extractor"] = callable_name(context_extractor)
+    return Scorer(
+        SCORER_ID,
+        resolve_engine(model),
+        steps,
+        per_run_fields=frozenset({"context"}),
+        fallbacks=frozenset({"context"}),
+        options=options,
+    )
 
 
 def claims_request(ground_truth: str) -> JudgeRequest:

@@ -16,7 +16,7 @@ from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
-from evalgpu.scorers._scorer import Scorer, resolve_engine
+from evalgpu.scorers._scorer import Scorer, callable_name, digest, resolve_engine
 from evalgpu.verdicts import (
     CLAIM_CHARS,
     MAX_CLAIMS,
@@ -113,7 +113,21 @@ def create_summarization_scorer(
         scale=scale,
         reason=reason,
     )
-    return Scorer(SCORER_ID, resolve_engine(model), steps, frozenset({"source"}))
+    options: dict[str, Any] = {"max_questions": max_questions, "scale": float(scale)}
+    if reason != "template":
+        options["reason"] = reason
+    if source is not None:
+        options["source"] = digest(source)
+    if source_extractor is not None:
+        options["source_extractor"] = callable_name(source_extractor)
+    return Scorer(
+        SCORER_ID,
+        resolve_engine(model),
+        steps,
+        per_run_fields=frozenset({"source"}),
+        fallbacks=frozenset({"source"} if source is not None else ()),
+        options=options,
+    )
 
 
 def alignment_request(source: str, summary: str) -> JudgeRequest:
@@ -239,6 +253,18 @@ def template_reason(
     return "\n".join(lines)
 
 
+def empty_summary_result() -> ScoreResult:
+    """A blank summary's result: score 0, both axes 0 (no claims, no answers), no judge call."""
+    return ScoreResult(
+        scorer=SCORER_ID,
+        score=0.0,
+        reason="The summary is empty (blank after trimming), so it states nothing: score 0.",
+        preprocess_step_result={"alignment": [], "questions": []},
+        analyze_step_result={"coverage": []},
+        axes={"alignment": 0.0, "coverage": 0.0},
+    )
+
+
 def _steps(
     input: Any,
     output: Any,
@@ -252,9 +278,21 @@ def _steps(
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
     # The summary: the last assistant message with text (plain run: the output string).
+    # Normative (DESIGN §1): a blank summary is a bad summary, scored 0 without a judge call;
+    # only an absent summary, or one of the wrong type, is an input error.
+    if output is None:
+        raise InputError("summary: missing (the output is None)")
+    if isinstance(output, list):
+        wrong = [m for m in output if not isinstance(m, dict)]
+        if wrong:
+            raise InputError(
+                f"summary: must be a list of messages, got a list holding {type(wrong[0]).__name__}"
+            )
+    elif not isinstance(output, str):
+        raise InputError(
+            f"summary: must be a string or a list of messages, got {type(output).__name__}"
+        )
     summary = last_assistant_text(output)
-    if summary is None or not summary.strip():
-        raise InputError("summary: the output has no text to judge (blank or missing)")
 
     # The source: the extractor for agent-shaped runs, else the option, else the first user
     # message. (`source` is this run's own when the run brought one: see `Scorer.steps`.)
@@ -276,6 +314,8 @@ def _steps(
         text = first_user_text(input)
     if text is None or not text.strip():
         raise InputError("source: no source text (blank or missing)")
+    if summary is None or not summary.strip():
+        return empty_summary_result()  # checked after the source: a row without one is broken
 
     # Step 1: alignment and questions. Both see the source; neither waits for the other.
     judged, asked = yield [alignment_request(text, summary), questions_request(text, max_questions)]

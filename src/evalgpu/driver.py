@@ -1,0 +1,194 @@
+"""The driver: rows stream in, a chunk at a time; each chunk goes through one `Runner.run` per
+engine; its records come out as soon as the chunk is scored.
+
+The command line (`evalgpu.sweep`) and Python (`evalgpu.evaluate`, `run_evals`) both score
+through a `Driver`. The data flow reads one way:
+
+    file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine
+         -> records (`Driver.score_chunk`) -> storage and report (`evalgpu.storage`, `report`)
+
+Seams for other drivers (a Ray actor scores chunks with `score_chunk`; the process that owns
+the output folder appends their records):
+
+- `Driver.prepare(row)`: a row with its output made by `target` (when given);
+- `Driver.score_chunk(rows, done)`: score one chunk, return its records, write nothing;
+- `Driver.stream(rows, chunk_size, done)`: both, over a stream of rows, a chunk at a time.
+
+A record is one `results.jsonl` line (`make_record`), the same dict for every entry point.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from evalgpu.data import RowError
+from evalgpu.results import ErrorKind, InputError, ScoreResult, Steps
+from evalgpu.rows import Row, RowReader
+from evalgpu.runner import Runner, WaveStats
+from evalgpu.scorers._scorer import Scorer
+from evalgpu.storage import Record
+
+__all__ = ["Done", "Driver", "make_record"]
+
+Done = Callable[[int, int, str], bool]
+"""`(file, row, scorer_id) -> bool`: True when that outcome is already recorded (resume)."""
+
+
+def make_record(base: dict[str, Any], result: ScoreResult) -> Record:
+    """One `results.jsonl` record: where it comes from, then the result with reference names."""
+    return {
+        **base,
+        "score": result.score,
+        "reason": result.reason,
+        "axes": result.axes,
+        "preprocessStepResult": result.preprocess_step_result,
+        "analyzeStepResult": result.analyze_step_result,
+        "usage": result.usage.model_dump(),
+        "error": result.error,
+        "errorKind": result.error_kind,
+        "version": result.version,
+    }
+
+
+class Driver:
+    """Scores rows with several scorers, a chunk at a time, one `Runner.run` per engine.
+
+    Scorers that share an engine share its waves: every ready judge call of every row and
+    scorer of a chunk goes to that engine in one `generate()`.
+
+    Args:
+        scorers: the scorers, in the order of their records for a row.
+        mapping: field -> column, for rows whose columns have other names (like `--map`).
+        files: the names records carry in `file`, by `Row.file` (None for rows from Python).
+        target: makes a row's output from its input when the row has none (an agent, a
+            summariser); it runs once per row, not per scorer, and only for rows still to score.
+        noun: what labels call a row in error messages ("row 17", "item 3").
+        on_wave: called with each wave's `WaveStats` (progress lines, benchmarks).
+
+    Raises:
+        ValueError: two scorers with one id, or a bad `mapping`.
+    """
+
+    def __init__(
+        self,
+        scorers: Sequence[Scorer],
+        *,
+        mapping: Mapping[str, str] | None = None,
+        files: Sequence[str | None] = (None,),
+        target: Callable[[Any], Any] | None = None,
+        noun: str = "row",
+        on_wave: Callable[[WaveStats], None] | None = None,
+    ) -> None:
+        ids = [s.id for s in scorers]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"scorers must have distinct ids, got {ids}")
+        self.scorers = list(scorers)
+        self.reader = RowReader(mapping)
+        self.files = list(files)
+        self.target = target
+        self.noun = noun
+        self._runners: dict[int, Runner] = {}
+        for scorer in self.scorers:
+            key = id(scorer.engine)
+            if key not in self._runners:
+                self._runners[key] = Runner(scorer.engine, on_wave=on_wave)
+
+    def label(self, row: Row, ident: str | None) -> str:
+        """How errors name a row: `[file ]row N[ (id "x")]`."""
+        label = f"{self.noun} {row.number}"
+        if len(self.files) > 1:
+            label = f"{self.files[row.file]} {label}"
+        if ident is not None:
+            label += f" (id {json.dumps(ident, ensure_ascii=False)})"
+        return label
+
+    def prepare(self, row: Row) -> Row:
+        """`row`, with its output made by `target` when there is one and the row has none."""
+        record = row.record
+        column = self.reader.mapping.get("output", "output")
+        if self.target is None or isinstance(record, RowError) or column in record:
+            return row
+        try:
+            output = self.target(record.get(self.reader.mapping.get("input", "input")))
+        except Exception as exc:  # the caller's agent may raise anything: this row fails
+            return Row(row.file, row.number, RowError(f"target raised {type(exc).__name__}: {exc}"))
+        return Row(row.file, row.number, {**record, column: output})
+
+    def score_chunk(self, rows: Sequence[Row], done: Done | None = None) -> list[Record]:
+        """Score one chunk of (prepared) rows; return their records, in row then scorer order.
+
+        Writes nothing. A (row, scorer) for which `done` is True is skipped. A row that
+        cannot be scored gets an error record naming it; the other rows are scored.
+        """
+        records: list[Record] = []
+        jobs: dict[int, list[tuple[int, str, Steps, str]]] = {k: [] for k in self._runners}
+        for row in rows:
+            ident, row_problem = self.reader.id(row)
+            label = self.label(row, ident)
+            for scorer in self.scorers:
+                if done is not None and done(row.file, row.number, scorer.id):
+                    continue
+                base = {
+                    "row": row.number,
+                    "id": ident,
+                    "file": self.files[row.file],
+                    "scorer": scorer.id,
+                }
+                problem = row_problem
+                kind: ErrorKind = "input"
+                if problem is None:
+                    assert isinstance(row.record, dict)
+                    try:
+                        steps = self.reader.steps(scorer, row.record)
+                    except InputError as exc:
+                        problem, kind = str(exc), exc.kind
+                    except Exception as exc:  # hostile values (nesting too deep, ...): one row's
+                        problem = f"{type(exc).__name__}: {exc}"
+                if problem is not None:
+                    error = ScoreResult(
+                        scorer=scorer.id, error=f"{label}: {problem}", error_kind=kind
+                    )
+                    records.append(make_record(base, error))
+                    continue
+                jobs[id(scorer.engine)].append((len(records), scorer.id, steps, label))
+                records.append(base)
+        for key, group in jobs.items():
+            if not group:
+                continue
+            results = self._runners[key].run(
+                [(scorer_id, steps) for _, scorer_id, steps, _ in group],
+                [label for *_, label in group],
+            )
+            for (slot, *_), result in zip(group, results, strict=True):
+                records[slot] = make_record(records[slot], result)
+        return records
+
+    def stream(
+        self,
+        rows: Iterable[Row],
+        *,
+        chunk_size: int = 256,
+        done: Done | None = None,
+        on_skip: Callable[[Row], None] | None = None,
+    ) -> Iterator[tuple[list[Row], list[Record]]]:
+        """Score `rows` a chunk at a time; yield each chunk's prepared rows and its records.
+
+        Rows are read as the chunks need them, so memory depends on `chunk_size`, not on the
+        number of rows. A row whose every scorer is `done` is not scored (`on_skip` is told).
+        """
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+        chunk: list[Row] = []
+        for row in rows:
+            if done is not None and all(done(row.file, row.number, s.id) for s in self.scorers):
+                if on_skip is not None:
+                    on_skip(row)
+                continue
+            chunk.append(self.prepare(row))
+            if len(chunk) >= chunk_size:
+                yield chunk, self.score_chunk(chunk, done)
+                chunk = []
+        if chunk:
+            yield chunk, self.score_chunk(chunk, done)

@@ -1,0 +1,336 @@
+"""Scoring datasets from Python: `evaluate` (streaming, resumable) and `run_evals` (the batch
+API of DESIGN.md §1), both on the one `Driver` that the command line uses.
+
+    from evalgpu import evaluate
+    run = evaluate("outputs.jsonl", [summarization, recall], map={"summary": "model_output"},
+                   out="runs/x")
+    for record in run:              # records as their chunk finishes, in row order
+        ...
+    frame = run.to_pandas()         # with pandas installed
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evalgpu.data import RowError, file_format, inspect_file
+from evalgpu.driver import Driver
+from evalgpu.report import Aggregator
+from evalgpu.results import ScoreResult
+from evalgpu.rows import Row, RowReader, file_rows, python_rows
+from evalgpu.scorers._scorer import Scorer
+from evalgpu.settings import SCORERS, folder_config, model_name
+from evalgpu.storage import Record, check_out, scan_results
+from evalgpu.sweep import Sweep
+
+__all__ = ["Evaluation", "evaluate", "run_evals"]
+
+_NOT_AN_ITEM = RowError("an item is a dict with an 'input' key")
+
+DataSource = str | Path | Sequence[str | Path] | Iterable[dict[str, Any]]
+
+
+def evaluate(
+    data: DataSource,
+    scorers: Sequence[Scorer],
+    *,
+    map: Mapping[str, str] | None = None,
+    out: str | Path | None = None,
+    target: Callable[[Any], Any] | None = None,
+    chunk_size: int = 256,
+) -> Evaluation:
+    """Score a dataset with several scorers, streaming; results come as chunks finish.
+
+    Rows are the command line's rows: fields `id`, `input`, `output`, `source`, `summary`,
+    `ground_truth`, `context` (see `evalgpu.rows`). A row's own `source` (summarization) or
+    `context` (context recall) is used for that row; a row without one falls back to the
+    scorer's option.
+
+    Args:
+        data: a data file (.jsonl, .json, .csv, .parquet), a list of them, or an iterable of
+            row dicts (read lazily: a generator works).
+        scorers: scorer objects (`create_*_scorer`); scorers of one engine share its waves.
+        map: field -> column, like `--map summary=model_output`.
+        out: an output folder, with the command line's files and rules: `config.json`,
+            `results.jsonl` appended a chunk at a time, `summary.json`, the lock; an existing
+            folder of the same configuration is resumed (only what has no successful record
+            is scored). None keeps everything in memory. The configuration names the judge
+            by its engine's name and model folder, so the command line continues the folder
+            when `--backend` and `--model` name the same (`--backend transformers --model
+            smollm2-135m-instruct`, not `auto`).
+        target: makes a row's output from its input when the row has no output column.
+        chunk_size: rows per engine batch (and per append to `results.jsonl`).
+
+    Returns:
+        An `Evaluation`: iterate it for the records as they are scored, or call
+        `to_pandas()` / `run()`. Nothing is scored before that.
+
+    Raises:
+        ValueError: a bad `map`, `chunk_size`, data file name or `out` (a file), before
+            anything is scored.
+    """
+    RowReader(map)
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    for scorer in scorers:
+        if scorer.id not in SCORERS.values():
+            raise ValueError(f"scorers must come from create_*_scorer, got id {scorer.id!r}")
+    paths = _paths(data)
+    if out is not None:
+        check_out(Path(out))
+    return Evaluation(data, paths, list(scorers), dict(map or {}), out, target, chunk_size)
+
+
+class Evaluation:
+    """The records of an `evaluate` call, produced as they are iterated (one pass).
+
+    Each record is a dict, the same as a line of `results.jsonl`: `file`, `row`, `id`,
+    `scorer`, `score`, `reason`, `axes`, `preprocessStepResult`, `analyzeStepResult`, `usage`,
+    `error`, `version`. Rows already done in `out` are not scored again and not yielded.
+    Stopping early, `close()` it (or use it in a `with` block) to release `out`'s lock.
+    """
+
+    def __init__(
+        self,
+        data: DataSource,
+        paths: list[Path] | None,
+        scorers: list[Scorer],
+        mapping: dict[str, str],
+        out: str | Path | None,
+        target: Callable[[Any], Any] | None,
+        chunk_size: int,
+    ) -> None:
+        self._data = data
+        self._paths = paths
+        self._scorers = scorers
+        self._mapping = mapping
+        self._out = Path(out) if out is not None else None
+        self._target = target
+        self._chunk_size = chunk_size
+        self._records: list[Record] = []
+        self._iter: Generator[Record, None, None] | None = None
+        self.finished = False
+        """True once every row has been scored (and `summary.json` written, with `out`)."""
+        self.summary: dict[str, Any] | None = None
+        """The aggregates (`summary.json`'s `scorers` and `tokens`), once finished."""
+
+    def __iter__(self) -> Iterator[Record]:
+        if self._iter is None:
+            self._iter = self._produce()
+        return self._iter
+
+    def close(self) -> None:
+        """Stop early: the chunks already yielded stay on disk, the folder's lock is released.
+
+        Resuming later (the same `evaluate` call, or the command line) scores the rest.
+        """
+        if self._iter is not None:
+            self._iter.close()
+
+    def __enter__(self) -> Evaluation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self) -> Evaluation:
+        """Score whatever is left; returns self."""
+        for _ in self:
+            pass
+        return self
+
+    @property
+    def records(self) -> list[Record]:
+        """Records produced so far (kept only without `out`: with it, they are on disk)."""
+        return list(self._records)
+
+    def to_pandas(self) -> Any:
+        """Score whatever is left; one DataFrame row per (row, scorer).
+
+        With `out`, the frame holds the folder's latest record of every (file, row, scorer),
+        this run's and earlier runs'; without, the records of this evaluation.
+
+        Raises:
+            ImportError: pandas is not installed (it is not a dependency of evalgpu).
+        """
+        try:
+            import pandas as pd  # type: ignore[import-untyped]
+        except ImportError as exc:
+            raise ImportError(
+                "Evaluation.to_pandas() needs pandas, which evalgpu does not install: "
+                "pip install pandas"
+            ) from exc
+        self.run()
+        if self._out is None:
+            return pd.DataFrame.from_records(self._records)
+        latest: dict[tuple[Any, Any, Any], Record] = {}
+
+        def keep(record: Record) -> None:
+            key = (record.get("file"), record.get("row"), record.get("scorer"))
+            old = latest.get(key)
+            if old is None or old.get("error") is not None or record.get("error") is None:
+                latest[key] = record  # a success is never replaced by a later failure
+
+        scan_results(self._out / "results.jsonl", keep)
+        return pd.DataFrame.from_records(list(latest.values()))
+
+    def _rows(self) -> Iterator[Row]:
+        if self._paths is not None:
+            return file_rows(self._paths)
+        assert not isinstance(self._data, (str, Path))
+        return python_rows(self._data)
+
+    def _produce(self) -> Generator[Record, None, None]:
+        if self._out is None:
+            yield from self._in_memory()
+            return
+        with Sweep(self._out, self._config(), option="out") as sweep:
+            for records in sweep.stream(
+                self._scorers,
+                self._rows(),
+                mapping=self._mapping,
+                chunk_size=self._chunk_size,
+                target=self._target,
+            ):
+                yield from records
+            sweep.finish(chunk_size=self._chunk_size)
+            summary = json.loads((self._out / "summary.json").read_text(encoding="utf-8"))
+            self.summary = {k: summary[k] for k in ("scorers", "tokens", "cached_share")}
+        self.finished = True
+
+    def _in_memory(self) -> Iterator[Record]:
+        files: list[str | None] = [str(p) for p in self._paths] if self._paths else [None]
+        ids = [s.id for s in self._scorers]
+        scale = max(float(s.options.get("scale", 1.0)) for s in self._scorers)
+        aggregator = Aggregator(ids, [f or "" for f in files], scale)
+        driver = Driver(self._scorers, mapping=self._mapping, files=files, target=self._target)
+        for _, records in driver.stream(self._rows(), chunk_size=self._chunk_size):
+            for record in records:
+                self._records.append(record)
+                aggregator.add(record)
+                yield record
+        self.summary = aggregator.summary()
+        self.finished = True
+
+    def _config(self) -> dict[str, Any]:
+        """The output folder's configuration: the command line's, for the same settings."""
+        engines = list({id(s.engine): s.engine for s in self._scorers}.values())
+        scales = {s.id: float(s.options.get("scale", 1.0)) for s in self._scorers}
+        summarization = [s for s in self._scorers if s.id == "summarization-scorer"]
+        options: dict[str, Any] = {
+            "max_questions": summarization[0].options["max_questions"] if summarization else None,
+            "scale": scales[self._scorers[0].id] if len(set(scales.values())) == 1 else scales,
+        }
+        # Options the command line has no flag for (static texts, extractors, model-written
+        # reasons) change scores too: recorded only where a scorer has them.
+        extra = {
+            s.id: {k: v for k, v in s.options.items() if k not in ("max_questions", "scale")}
+            for s in self._scorers
+        }
+        extra = {k: v for k, v in extra.items() if v}
+        if extra:
+            options["scorers"] = extra
+        if self._paths is not None:
+            data = []
+            for path in self._paths:
+                info = inspect_file(path)
+                data.append({"path": str(path), "sha256": info.sha256, "size": info.size})
+        else:
+            # Rows from Python cannot be hashed before they are read: resume matches them by
+            # position (and id), so give the same rows in the same order.
+            data = [{"path": None, "sha256": None, "size": None}]
+        return folder_config(
+            scorer_ids=[s.id for s in self._scorers],
+            model=_one(model_name(getattr(e, "model_path", None)) for e in engines),
+            backend=_one(getattr(e, "name", type(e).__name__) for e in engines),
+            options=options,
+            mapping=self._mapping,
+            data=data,
+        )
+
+
+def _one(values: Iterable[Any]) -> Any:
+    """The value when all are equal, else the list of them."""
+    found = list(dict.fromkeys(values))
+    return found[0] if len(found) == 1 else found
+
+
+def _paths(data: DataSource) -> list[Path] | None:
+    """The data files `data` names (checked), or None for an iterable of rows."""
+    if isinstance(data, (str, Path)):
+        items: list[Any] = [data]
+    elif isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, Path)) for d in data):
+        items = list(data)
+    else:
+        return None
+    paths = [Path(p) for p in items]
+    for path in paths:
+        file_format(path)
+        if not path.is_file():
+            raise ValueError(f"data file not found: {path}")
+    return paths
+
+
+def run_evals(
+    data: Iterable[dict[str, Any]],
+    scorers: Sequence[Any],
+    target: Callable[[Any], Any] | None = None,
+    on_item_complete: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Score a dataset with several scorers, batching across items and scorers.
+
+    Items stream through the `Driver` a chunk at a time, as `evaluate` does; each item's entry
+    is complete (and `on_item_complete` called) as soon as its chunk is scored.
+
+    Args:
+        data: items, dicts with `input`, optional `output` (else `target(input)` makes it) and
+            optional `ground_truth` (`groundTruth` is accepted too); an item may also bring its
+            own `source` (summarization) or `context` (context recall).
+        scorers: scorer objects (from `create_*_scorer`).
+        target: makes an item's output from its input when the item has none.
+        on_item_complete: called once per item, in order, with that item's entry of `items`.
+
+    Returns:
+        `{"scores": {scorer_id: mean score or None}, "summary": {"total_items": n,
+        "failed_items": k}, "items": [{"item", "output", "scorer_results": {id: result}}]}`.
+        An item fails when any of its scorers (or its target) failed.
+    """
+    originals: dict[int, Any] = {}
+
+    def rows() -> Iterator[Row]:
+        for number, item in enumerate(data, 1):
+            originals[number] = item
+            if isinstance(item, dict) and "input" in item:
+                yield Row(0, number, item)
+            else:
+                yield Row(0, number, _NOT_AN_ITEM)
+
+    driver = Driver(scorers, target=target, noun="item")
+    entries: list[dict[str, Any]] = []
+    for chunk, records in driver.stream(rows()):
+        results: dict[int, dict[str, ScoreResult]] = {}
+        for record in records:
+            result = ScoreResult.model_validate(record)
+            results.setdefault(record["row"], {})[result.scorer] = result
+        for row in chunk:
+            item = originals.pop(row.number)
+            prepared = row.record if isinstance(row.record, dict) else {}
+            output = prepared.get("output") if isinstance(item, dict) else None
+            entry = {"item": item, "output": output, "scorer_results": results[row.number]}
+            entries.append(entry)
+            if on_item_complete is not None:
+                on_item_complete(entry)
+    scores: dict[str, float | None] = {}
+    for scorer in scorers:
+        got = [e["scorer_results"][scorer.id].score for e in entries]
+        ok = [s for s in got if s is not None]
+        scores[scorer.id] = sum(ok) / len(ok) if ok else None
+    failed = sum(any(r.error for r in e["scorer_results"].values()) for e in entries)
+    return {
+        "scores": scores,
+        "summary": {"total_items": len(entries), "failed_items": failed},
+        "items": entries,
+    }

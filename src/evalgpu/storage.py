@@ -1,0 +1,327 @@
+"""An output folder on disk: its configuration, its lock, its records, and what they say is done.
+
+An output folder holds `config.json` (what was asked, and its hash), `results.jsonl` (one record
+per (row, scorer) outcome, appended), `summary.json` (written at the end) and `.lock`. The rules,
+the same for the command line and Python:
+
+- a folder is written by one run at a time (`.lock`, an exclusive `flock`);
+- a folder takes only runs of its own configuration (`config.json`'s hash): another one is a
+  `ConfigError` that says what differs;
+- records are appended a chunk at a time, flushed and fsync'ed (`append_records`), so that a
+  `kill -9` loses at most the chunk in flight; a torn last line is cut off when the folder is
+  opened again, before anything is appended;
+- a (file, row, scorer) is done when it has a successful record (`Ledger`): a resumed run
+  scores only what is not done, so successes are never scored twice and failures are retried;
+- `summary.json` and other whole files are replaced atomically (`write_atomic`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from evalgpu.results import ERROR_KINDS
+
+__all__ = [
+    "CONFIG_VERSION",
+    "ConfigError",
+    "Ledger",
+    "OutputFolder",
+    "append_records",
+    "check_out",
+    "config_hash",
+    "failure_state",
+    "scan_results",
+    "write_atomic",
+]
+
+CONFIG_VERSION = 1
+
+Record = dict[str, Any]
+"""One `results.jsonl` line: where it comes from (file, row, id, scorer), then the result."""
+
+
+class ConfigError(ValueError):
+    """The output folder cannot take this run (another configuration, or another run in it)."""
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """The hash a resumed run must match: everything but the hash and the data files' paths."""
+    keyed = {k: v for k, v in config.items() if k != "hash"}
+    keyed["data"] = [{k: v for k, v in d.items() if k != "path"} for d in config["data"]]
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two configurations, one phrase each."""
+    found = []
+    for key in ("scorers", "model", "backend", "options", "map", "result_version"):
+        if old.get(key) != new.get(key):
+            found.append(f"{key}: {json.dumps(old.get(key))} -> {json.dumps(new.get(key))}")
+    old_data, new_data = old.get("data", []), new["data"]
+    if len(old_data) != len(new_data):
+        found.append(f"data: {len(old_data)} files -> {len(new_data)}")
+    else:
+        for i, (a, b) in enumerate(zip(old_data, new_data, strict=True), 1):
+            if (a.get("sha256"), a.get("size")) != (b.get("sha256"), b.get("size")):
+                found.append(f"data file {i} ({b['path']}) has other content")
+    return found or ["a different configuration hash"]
+
+
+def check_out(out: Path) -> None:
+    """Refuse an output folder that is a file, or lies under one, before anything is written.
+
+    Raises:
+        ValueError: `out` is a file or lies under one (the message names it).
+    """
+    for path in (out, *out.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is a file" if path == out else f"lies under {path}, a file"
+                raise ValueError(f"out: {out} {where}, not a folder; name a folder for the results")
+            return
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a reader sees the old file or the new, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def append_records(f: Any, records: Iterable[Record]) -> None:
+    """Append `records` to the open `results.jsonl` file `f`, flushed and fsync'ed."""
+    f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def scan_results(path: Path, on_record: Callable[[Record], None]) -> tuple[int, int]:
+    """Feed every complete record of `results.jsonl` to `on_record`.
+
+    A last line without its newline (torn by a crash) is ignored, and so is a complete line
+    that does not parse.
+
+    Returns:
+        The byte offset just past the last complete line, and the number of lines skipped
+        because they did not parse.
+    """
+    end = 0
+    bad = 0
+    if not path.exists():
+        return 0, 0
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break  # torn: the crash came before its newline
+            end += len(line)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(record, dict):
+                on_record(record)
+            else:
+                bad += 1
+    return end, bad
+
+
+NONE, FAILED, SCORED = 0, 1, 2
+"""A (file, row, scorer)'s latest outcome in a `Ledger` (FAILED: with no error kind)."""
+_KIND_STATE: dict[str, int] = {kind: 3 + i for i, kind in enumerate(ERROR_KINDS)}
+_FAILED_STATES = (FAILED, *_KIND_STATE.values())
+
+
+def failure_state(kind: object) -> int:
+    """The `Ledger` state of a failure of `kind` (an `ErrorKind`; anything else: FAILED)."""
+    return _KIND_STATE.get(str(kind), FAILED)
+
+
+class Ledger:
+    """What is done: the latest outcome of every (file, row, scorer), a byte each.
+
+    The byte is NONE, SCORED, or a failure with its error kind (`failure_state`; a record
+    written before kinds existed is FAILED). A (row, scorer) may have several records:
+    failures retried by a resumed run, then a success. A success stays; a failure counts only
+    while no success follows it.
+
+    Args:
+        files: the data file names that records carry in `file`, in order.
+    """
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = {name: i for i, name in enumerate(files)}
+        self._state: dict[tuple[int, str], bytearray] = {}
+
+    def file_index(self, record: Record) -> int:
+        """The index of a record's file (-1: not a file of this folder)."""
+        if len(self.files) <= 1:
+            return 0
+        return self.files.get(str(record.get("file")), -1)
+
+    def state(self, file: int, row: int, scorer: str) -> int:
+        states = self._state.get((file, scorer))
+        return states[row] if states is not None and row < len(states) else NONE
+
+    def done(self, file: int, row: int, scorer: str) -> bool:
+        """True when (file, row, scorer) already has a successful record."""
+        return self.state(file, row, scorer) == SCORED
+
+    def mark(self, file: int, row: int, scorer: str, outcome: int) -> int:
+        """Record an outcome (SCORED or a `failure_state`); returns the state before it.
+
+        A success is never undone by a later failure.
+        """
+        states = self._state.setdefault((file, scorer), bytearray())
+        if row >= len(states):
+            states.extend(bytes(max(row + 1 - len(states), len(states) // 2)))
+        before = states[row]
+        if outcome == SCORED or before != SCORED:
+            states[row] = outcome
+        return before
+
+    def counts(self, scorer: str) -> tuple[int, int]:
+        """(scored, failed) for a scorer: rows whose latest outcome is a score / an error."""
+        scored = failed = 0
+        for (_, s), states in self._state.items():
+            if s == scorer:
+                scored += states.count(SCORED)
+                failed += sum(states.count(state) for state in _FAILED_STATES)
+        return scored, failed
+
+    def error_kinds(self, scorer: str) -> dict[str, int]:
+        """Failed rows of a scorer by error kind (every kind, 0 included; "unknown" only for
+        records that carry none)."""
+        found: dict[str, int] = {kind: 0 for kind in ERROR_KINDS}
+        unknown = 0
+        for (_, s), states in self._state.items():
+            if s == scorer:
+                for kind, state in _KIND_STATE.items():
+                    found[kind] += states.count(state)
+                unknown += states.count(FAILED)
+        if unknown:
+            found["unknown"] = unknown
+        return found
+
+
+class OutputFolder:
+    """An output folder opened for appending: locked, its configuration checked or written.
+
+    Open it, then `resume` (read what is done, cut a torn last line), then `append` chunks.
+
+    Args:
+        out: the folder (created when missing).
+        config: this run's configuration, with its `hash` (see `config_hash`).
+        option: how the folder was named to the user, for messages ("--out" or "out").
+
+    Raises:
+        ConfigError: the folder holds another configuration's results, or another run is
+            writing to it.
+        ValueError: `out` is a file, or lies under one.
+        OSError: the folder cannot be read or written.
+    """
+
+    def __init__(self, out: Path, config: dict[str, Any], *, option: str = "--out") -> None:
+        self.path = out
+        self.option = option
+        self.results_path = out / "results.jsonl"
+        self.bad_lines = 0
+        """Complete lines of `results.jsonl` that did not parse (skipped by `resume`)."""
+        check_out(out)
+        out.mkdir(parents=True, exist_ok=True)
+        self._lock: int | None = _lock(out, option)
+        self._file: Any = None
+        self._resumed = False
+        try:
+            self.config = self._check_config(config)
+            """The folder's configuration: its data paths name the files in its records."""
+        except BaseException:
+            self.close()
+            raise
+
+    def resume(self, on_record: Callable[[Record], None]) -> int:
+        """Feed every record already in `results.jsonl` to `on_record`; cut a torn last line.
+
+        Returns:
+            The number of complete lines that did not parse (also in `bad_lines`).
+        """
+        end, self.bad_lines = scan_results(self.results_path, on_record)
+        if self.results_path.exists() and self.results_path.stat().st_size > end:
+            os.truncate(self.results_path, end)  # a torn last line, from a crash
+        self._resumed = True
+        return self.bad_lines
+
+    def _check_config(self, new: dict[str, Any]) -> dict[str, Any]:
+        out, option = self.path, self.option
+        path = out / "config.json"
+        if path.exists():
+            old: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            if old.get("hash") != new["hash"]:
+                raise ConfigError(
+                    f"{option} {out} holds results of another configuration "
+                    f"({'; '.join(differences(old, new))}); use a new {option} folder, "
+                    f"or delete {out} to start over"
+                )
+            return old  # its paths name the files in the records already written
+        if (out / "results.jsonl").exists():
+            raise ConfigError(
+                f"{option} {out} has a results.jsonl but no config.json; use a new {option} folder"
+            )
+        write_atomic(path, json.dumps(new, indent=2, ensure_ascii=False) + "\n")
+        return new
+
+    def append(self, records: list[Record]) -> None:
+        """Append a chunk's records durably (see `append_records`); after `resume`."""
+        if not self._resumed:
+            raise RuntimeError("OutputFolder.append before resume: a torn line would stay")
+        if self._file is None:
+            self._file = open(self.results_path, "a", encoding="utf-8")
+        append_records(self._file, records)
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        """Write `summary.json` atomically; returns its path."""
+        path = self.path / "summary.json"
+        write_atomic(path, json.dumps(summary, indent=2) + "\n")
+        return path
+
+    def close(self) -> None:
+        """Close the records file and release the lock (safe to call twice)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def __enter__(self) -> OutputFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _lock(out: Path, option: str) -> int | None:
+    """Hold an exclusive lock on the folder: two runs appending to one file would duplicate."""
+    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(
+            f"another evalgpu run is writing to {out}; wait for it or use a new {option}"
+        ) from None
+    return fd

@@ -1,0 +1,55 @@
+"""The driver's seams: a chunk scored into records without writing; resume by `done`."""
+
+from __future__ import annotations
+
+from evalgpu import create_context_recall_scorer, create_summarization_scorer
+from evalgpu.data import RowError
+from evalgpu.driver import Driver
+from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.rows import Row
+
+SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
+
+
+def test_score_chunk_returns_records_in_row_then_scorer_order(engine: ScriptedEngine) -> None:
+    driver = Driver(
+        [
+            create_summarization_scorer(engine),
+            create_context_recall_scorer(engine, context=[SOURCE]),
+        ],
+        files=["a.jsonl", "b.jsonl"],
+    )
+    chunk = [
+        Row(0, 1, {"id": 7, "source": SOURCE, "summary": SOURCE, "ground_truth": SOURCE}),
+        Row(1, 3, RowError("line is not valid JSON")),
+    ]
+    records = driver.score_chunk(chunk)
+    assert [(r["file"], r["row"], r["id"], r["scorer"]) for r in records] == [
+        ("a.jsonl", 1, "7", "summarization-scorer"),
+        ("a.jsonl", 1, "7", "context-recall-scorer"),
+        ("b.jsonl", 3, None, "summarization-scorer"),
+        ("b.jsonl", 3, None, "context-recall-scorer"),
+    ]
+    assert records[0]["score"] == 1.0 and records[1]["score"] == 1.0
+    assert records[2]["error"] == "b.jsonl row 3: line is not valid JSON"
+    # One engine: both scorers' calls of the chunk share its waves.
+    assert len(engine.calls) == 2
+
+
+def test_done_outcomes_are_skipped(engine: ScriptedEngine) -> None:
+    summarization = create_summarization_scorer(engine)
+    recall = create_context_recall_scorer(engine, context=[SOURCE])
+    driver = Driver([summarization, recall])
+    rows = [
+        Row(0, n, {"source": SOURCE, "summary": SOURCE, "ground_truth": SOURCE}) for n in (1, 2)
+    ]
+    skipped: list[int] = []
+
+    def done(file: int, row: int, scorer: str) -> bool:
+        return row == 1 or scorer == recall.id
+
+    out = list(driver.stream(rows, done=done, on_skip=lambda r: skipped.append(r.number)))
+    assert skipped == [1]
+    ((chunk, records),) = out
+    assert [r.number for r in chunk] == [2]
+    assert [(r["row"], r["scorer"]) for r in records] == [(2, summarization.id)]
