@@ -186,6 +186,37 @@ def test_a_chunk_that_raises_becomes_error_records(cluster: str, tmp_path: Path)
     assert outcome.total_scored == 4 and outcome.total_failed == 2
 
 
+def test_an_actor_that_dies_is_restarted_and_its_chunk_retried(
+    cluster: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "source": source(i), "summary": f"Town {i} built it."})
+            + "\n"
+            for i in range(6)
+        ),
+        encoding="utf-8",
+    )
+    marker = tmp_path / "crash"
+    marker.touch()
+    # Forwarded to the replicas, like every EVALGPU_* variable of the driver.
+    monkeypatch.setenv("EVALGPU_TEST_CRASH", str(marker))
+    s = settings(
+        [data],
+        tmp_path / "out",
+        scorers=("summarization",),
+        backend="cli_engines:crashing",
+        chunk_size=1,
+    )
+    with open_sweep(s) as sweep:
+        outcome = run_ray(sweep, replicas=2)
+    assert not marker.exists()  # a replica died on it
+    found = by_key(records(tmp_path / "out"))
+    assert sorted(k[1] for k in found) == [1, 2, 3, 4, 5, 6]
+    assert outcome.total_scored == 6 and outcome.total_failed == 0
+
+
 def test_kill_9_of_the_driver_then_a_rerun_scores_every_row_once(
     cluster: str, tmp_path: Path
 ) -> None:
@@ -239,7 +270,9 @@ def test_kill_9_of_the_driver_then_a_rerun_scores_every_row_once(
     assert all(r["error"] is None for r in found.values())
 
 
-def test_cli_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_cli_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = write_data(tmp_path)[0]
     code = cli.main(
         [
@@ -270,6 +303,15 @@ def test_cli_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     )
     assert code == 2
     assert "replicas must be >= 1, got 0" in capsys.readouterr().err
+    real = cli.importlib.util.find_spec
+    monkeypatch.setattr(
+        cli.importlib.util, "find_spec", lambda name: None if name == "ray" else real(name)
+    )
+    code = cli.main(
+        ["run", str(data), "--scorer", "summarization", "--out", str(tmp_path / "o"), "--ray"]
+    )
+    assert code == 2
+    assert 'pip install "evalgpu[ray]"' in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -311,6 +311,7 @@ def _drive(
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the driver reports progress its own way
     context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
     warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
