@@ -148,7 +148,14 @@ def test_records_equal_the_local_runs(cluster: str, tmp_path: Path) -> None:
     assert seen[-1][0] == 21  # 14 JSONL rows (one unreadable), 3 CSV rows, 4 Parquet rows
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     expected = json.loads((tmp_path / "local" / "summary.json").read_text())
-    assert summary["scorers"] == expected["scorers"]
+    # Every aggregate is the local run's. (The few lowest rows and first failures listed are
+    # picked in the order records arrive, which on Ray is the order chunks finish.)
+    for sid, entry in expected["scorers"].items():
+        ours = summary["scorers"][sid]
+        assert {k: v for k, v in ours.items() if k not in ("lowest", "failures")} == {
+            k: v for k, v in entry.items() if k not in ("lowest", "failures")
+        }
+        assert len(ours["lowest"]) == len(entry["lowest"])
     assert summary["engine"] == expected["engine"]
 
     # A rerun retries only the failures (the unreadable line, the row without a summary).

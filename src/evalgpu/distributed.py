@@ -279,10 +279,14 @@ def run_ray(
     started = not ray.is_initialized()
     if started:
         env = _forwarded_env()
+        options: dict[str, Any] = {}
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            options["include_dashboard"] = False  # a cluster of this run alone: keep it light
         ray.init(
             address=address,
             logging_level=logging.WARNING,
             runtime_env={"env_vars": env} if env else None,
+            **options,
         )
     try:
         return _drive(sweep, sweep.settings, ray, replicas, gpus_per_replica, on_progress, on_error)
@@ -308,39 +312,27 @@ def _drive(
     if replicas is None:
         replicas = max(1, cluster_gpus // gpus_per_replica) if gpus_per_replica else 1
 
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False  # the driver reports progress its own way
-    context.print_on_execution_start = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
     # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
     warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
-    # Every chunk its own block: Ray would otherwise merge the read's small outputs into one
-    # block (up to 128 MiB), so no chunk would reach a replica before the whole file is read.
-    context.target_max_block_size = 1
-    env = _forwarded_env()
-    runtime_env = {"env_vars": env} if env else None
-    dataset = (
-        ray.data.from_items([{"start": 0}])
-        .map_batches(
-            _read,
-            batch_size=1,
-            fn_kwargs={"settings": settings, "ledger": sweep.aggregator.ledger},
-            # The files were hashed on this node; the read runs where they are.
-            label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
-            num_cpus=0,
-            runtime_env=runtime_env,
-        )
-        .map_batches(
-            Replica,
-            batch_size=1,
-            fn_constructor_kwargs={"settings": settings, "files": sweep.files},
-            compute=ray.data.ActorPoolStrategy(size=replicas),
-            num_cpus=1,
-            num_gpus=gpus_per_replica,
-            runtime_env=runtime_env,
-        )
-    )
+    # A dataset keeps a copy of the context it was built under: set ours, build, put it back.
+    context = ray.data.DataContext.get_current()
+    ours = {
+        "enable_progress_bars": False,  # the driver reports progress its own way
+        "print_on_execution_start": False,
+        # Every chunk its own block: Ray would otherwise merge the read's small outputs into
+        # one block (up to 128 MiB): no chunk would reach a replica before the file is read.
+        "target_max_block_size": 1,
+    }
+    saved = {key: getattr(context, key) for key in ours}
+    try:
+        for key, value in ours.items():
+            setattr(context, key, value)
+        dataset = _pipeline(ray, sweep, settings, replicas, gpus_per_replica)
+    finally:
+        for key, value in saved.items():
+            setattr(context, key, value)
 
     progress = sweep.progress
     ledger = sweep.aggregator
@@ -375,6 +367,35 @@ def _drive(
         total_failed=sum(t[1] for t in totals),
         file_errors=sweep.file_errors,
         summary_path=summary_path,
+    )
+
+
+def _pipeline(
+    ray: Any, sweep: Sweep, settings: RunSettings, replicas: int, gpus_per_replica: int
+) -> Any:
+    """read -> chunks -> map_batches(Replica, ActorPoolStrategy(size=replicas))."""
+    env = _forwarded_env()
+    runtime_env = {"env_vars": env} if env else None
+    return (
+        ray.data.from_items([{"start": 0}])
+        .map_batches(
+            _read,
+            batch_size=1,
+            fn_kwargs={"settings": settings, "ledger": sweep.aggregator.ledger},
+            # The files were hashed on this node; the read runs where they are.
+            label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
+            num_cpus=0,
+            runtime_env=runtime_env,
+        )
+        .map_batches(
+            Replica,
+            batch_size=1,
+            fn_constructor_kwargs={"settings": settings, "files": sweep.files},
+            compute=ray.data.ActorPoolStrategy(size=replicas),
+            num_cpus=1,
+            num_gpus=gpus_per_replica,
+            runtime_env=runtime_env,
+        )
     )
 
 
