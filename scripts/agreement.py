@@ -1,6 +1,6 @@
 """Do our scores agree with people? Scores a human-labelled file and compares.
 
-The file's fields say which comparison applies (shared/data/README.md describes them):
+The file's fields say which comparison applies (benchmarks/data/README.md describes them):
 
   label_faithful, human_score   (FRANK)   summarization: balanced accuracy of score == scale and
                                           of alignment == 1 against label_faithful, ROC-AUC of the
@@ -19,8 +19,8 @@ before generating; a longer-context judge scores it), `invalid` for every other 
 reply that does not match its schema, or is still cut after the retry). `invalid` must be 0:
 the exit status is 1 otherwise.
 
-    .venv/bin/python scripts/agreement.py ../shared/data/frank_dev.jsonl --limit 40
-    .venv/bin/python scripts/agreement.py ../shared/data/attribution_dev.jsonl --limit 40 \
+    .venv/bin/python scripts/agreement.py --limit 40          # benchmarks/data/frank_dev.jsonl
+    .venv/bin/python scripts/agreement.py benchmarks/data/attribution_dev.jsonl --limit 40 \
         --json docs/agreement-attribution.json
 """
 
@@ -38,6 +38,19 @@ from typing import Any
 import numpy as np
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer, load_engine
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "frank_dev.jsonl"
+"""The default file: FRANK's dev set, found from this file, so that any working folder works."""
+
+
+def rel(path: Path) -> str:
+    """`path` relative to the checkout when it lies inside it (recorded JSON names no machine)."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
 
 # -- statistics (numpy only) -----------------------------------------------------------------
 
@@ -203,7 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("data", type=Path, help="a labelled JSONL file")
+    parser.add_argument(
+        "data",
+        type=Path,
+        nargs="?",
+        default=DATA,
+        help="a labelled JSONL file (default: benchmarks/data/frank_dev.jsonl)",
+    )
     parser.add_argument(
         "--limit", type=int, default=None, help="score the first N rows (after --seed shuffle)"
     )
@@ -229,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t
     out = metrics(records, results, kind, args.scale)
     out.update(
-        {"file": str(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
+        {"file": rel(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
     )
     for label, errors in (
         ("too long for the judge", [r.error for r in results if too_long(r)]),

@@ -1,6 +1,7 @@
 """Throughput of evalgpu against the way per-row evaluators run, side by side in one run.
 
-On the same engine, model and rows (sources and summaries from FRANK), it times:
+On the same engine, model and rows (sources and summaries from FRANK,
+benchmarks/data/frank_dev.jsonl unless --data says otherwise), it times:
 
   (a) evalgpu      `scorer.run_batch(rows)`: every ready call of every row in one generate();
   (b) sequential   each row's judge calls one after another, one request per generate(),
@@ -35,7 +36,17 @@ from evalgpu import create_summarization_scorer, load_engine
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 from evalgpu.runner import Runner
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "frank_dev.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "frank_dev.jsonl"
+"""The default rows: FRANK's dev set, found from this file, so that any working folder works."""
+
+
+def rel(path: Path) -> str:
+    """`path` relative to the checkout when it lies inside it (recorded JSON names no machine)."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
 
 
 @dataclass
@@ -149,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         "--first-doc", type=int, default=0, help="skip this many documents (ordered by text)"
     )
     parser.add_argument("--max-questions", type=int, default=5)
-    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument(
+        "--data", type=Path, default=DATA, help="JSONL with source and summary (default: FRANK)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--skip-sequential", action="store_true", help="(b) is the slow one")
     parser.add_argument(
@@ -195,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     # no mode is served prompts that an earlier mode computed.
     cold = getattr(engine, "reset_prefix_cache", lambda: None)
 
-    # (a) evalgpu: run_batch over all rows (a fresh scorer: nothing cached from the warm-up).
+    # (a) evalgpu: run_batch over all rows, through a fresh Meter: replies are cached per engine
+    # object, so nothing the warm-up asked of the bare engine is answered from a cache.
     cold()
     batched = Meter(engine)
     scorer = create_summarization_scorer(batched, max_questions=args.max_questions)
@@ -249,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(
             json.dumps(
                 {
-                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "args": {
+                        k: rel(v) if isinstance(v, Path) else str(v) for k, v in vars(args).items()
+                    },
                     "modes": table,
                     "ratios": ratios,
                 },

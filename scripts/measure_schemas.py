@@ -5,7 +5,7 @@ Three measurements, each printed as JSON lines (one per configuration):
 - `compile`: seconds to compile each step's schema into an outlines index (the first use of a
   schema in a process), per bound setting;
 - `replies`: valid-reply rate, cut replies and output tokens per step, on real prompts built by
-  the scorers' request functions from the shared dev sets;
+  the scorers' request functions from the dev sets in benchmarks/data/ (or $EVALGPU_DATA);
 - `speed`: output tokens per second at several batch sizes (prefill included).
 
 A bound setting is `MAX_CLAIMS,CLAIM_CHARS,REASON_CHARS`: the script patches those constants
@@ -38,7 +38,9 @@ import evalgpu.verdicts as verdicts
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.scorers import context_recall, summarization
 
-DATA = Path(os.environ.get("EVALGPU_DATA", "/work/shared/data"))
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("EVALGPU_DATA", ROOT / "benchmarks" / "data"))
+"""The dev sets: the checkout's benchmarks/data/ (found from this file), or $EVALGPU_DATA."""
 BOUND_NAMES = ("MAX_CLAIMS", "CLAIM_CHARS", "REASON_CHARS")
 DUMP: Path | None = None
 
@@ -410,6 +412,8 @@ def main() -> None:
     args = parser.parse_args()
     global DUMP
     DUMP = args.dump
+    if DUMP is not None:
+        DUMP.parent.mkdir(parents=True, exist_ok=True)
     if args.threads:
         import torch
 

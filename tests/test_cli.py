@@ -544,6 +544,257 @@ def test_each_failure_carries_its_kind_and_summary_counts_them(
     assert '  [too_long] row 3 (id "long"): source: ' in stdout
 
 
+# Hostile input: one row's problem, in every format
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE_INT = "7" * 100_000
+
+
+def _hostile_files(tmp_path: Path) -> dict[str, tuple[Path, dict[int, str]]]:
+    """Each format's file: good rows (id "g<row>") around hostile ones; the bad rows' numbers
+    with what their error must say."""
+    good = {"source": COMPANY, "summary": GOOD}
+    files: dict[str, tuple[Path, dict[int, str]]] = {}
+
+    lines = [
+        DEEP,
+        '{"id": "n", "summary": ' + HUGE_INT + "}",
+        '{"id": "s", "source": "x", "summary": "half a pair \\ud83d"}',
+        '{"id": "inf", "source": "x", "summary": 1e999999}',
+        '"a string"',
+        "not json",
+    ]
+    body = b""
+    for i, line in enumerate(lines):
+        body += line.encode() + b"\n"
+        body += json.dumps({"id": f"g{2 * i + 2}", **good}).encode() + b"\n"
+    body += b'{"id": "\xff"}\n' + json.dumps({"id": "g14", **good}).encode() + b"\n"
+    (tmp_path / "h.jsonl").write_bytes(body)
+    files["jsonl"] = (
+        tmp_path / "h.jsonl",
+        {
+            1: "row 1: line cannot be decoded: nested too deeply to decode",
+            3: "row 3: line cannot be decoded: Exceeds the limit (4300 digits)",
+            5: 'row 5 (id "s"): summary: text holds a lone surrogate (\\ud83d)',
+            7: 'row 7 (id "inf"): summary: must be a string or a list of messages, got a number',
+            9: "row 9: a row must be a JSON object, got a string",
+            11: "row 11: line is not valid JSON",
+            13: "row 13: line is not valid UTF-8",
+        },
+    )
+
+    elements = [DEEP, HUGE_INT, '{"id": "s", "source": "x", "summary": "\\udfff"}', "null"]
+    text = ", ".join(
+        f"{e}, {json.dumps({'id': f'g{2 * i + 2}', **good})}" for i, e in enumerate(elements)
+    )
+    (tmp_path / "h.json").write_text(f"[{text}]", encoding="utf-8")
+    files["json"] = (
+        tmp_path / "h.json",
+        {
+            1: "row 1: element cannot be decoded: nested too deeply to decode",
+            3: "row 3: element cannot be decoded: Exceeds the limit (4300 digits)",
+            5: 'row 5 (id "s"): summary: text holds a lone surrogate (\\udfff)',
+            7: "row 7: a row must be a JSON object, got null",
+        },
+    )
+
+    (tmp_path / "h.csv").write_bytes(
+        b"id,source,summary,context\n"
+        + f'g2,"{COMPANY}","{GOOD}","{"[" * 5000}"\n'.encode()  # a deep JSON-like cell is text
+        + b'b,x,"\xff\xfe",\n'
+        + b'c,x,y,"[""\\ud800""]"\n'
+        + b"d,too,many,fields,here\n"
+        + f'g6,"{COMPANY}","{GOOD}",\n'.encode()
+    )
+    files["csv"] = (
+        tmp_path / "h.csv",
+        {
+            3: "row 3: line is not valid UTF-8",
+            4: 'row 4 (id "c"): context: text holds a lone surrogate (\\ud800)',
+            5: "row 5: line has 5 fields, the header has 4",
+        },
+    )
+
+    import struct
+
+    summaries = [GOOD.encode(), b"\xff\xfe", GOOD.encode()]
+    offsets = [0]
+    for v in summaries:
+        offsets.append(offsets[-1] + len(v))
+    invalid = pa.Array.from_buffers(
+        pa.string(),
+        3,
+        [None, pa.py_buffer(struct.pack("<4i", *offsets)), pa.py_buffer(b"".join(summaries))],
+    )
+    table = pa.table({"id": ["g1", "b", "g3"], "source": [COMPANY] * 3, "summary": invalid})
+    pq.write_table(table, tmp_path / "h.parquet")
+    files["parquet"] = (
+        tmp_path / "h.parquet",
+        {2: "row 2 (id \"b\"): summary: the cell cannot be read ('utf-8' codec"},
+    )
+    return files
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet"])
+def test_hostile_rows_are_their_own_errors_in_every_format(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fmt: str
+) -> None:
+    path, bad = _hostile_files(tmp_path)[fmt]
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys, "run", path, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert code == 0, err
+    raw = (out / "results.jsonl").read_bytes()
+    got = [json.loads(line) for line in raw.decode("utf-8").splitlines()]  # strict UTF-8
+    for record in got:
+        if record["row"] in bad:
+            message = bad[record["row"]]
+            assert record["error"].startswith(message), record["error"]
+            assert record["errorKind"] == "input" and record["score"] is None
+            assert message in err  # named in the progress output as it happened
+        else:
+            assert record["error"] is None and record["id"] == f"g{record['row']}", record
+    assert {r["row"] for r in got} >= set(bad)
+    assert sum(r["error"] is None for r in got) >= 2
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["scorers"]["summarization-scorer"]["errors"]["input"] == len(bad)
+    assert summary["file_errors"] == {"count": 0, "messages": []}
+
+
+def test_a_file_that_cannot_be_read_is_named_counted_and_the_run_goes_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    many_bad = write_jsonl(tmp_path / "a.jsonl", ["{bad"] * (cli.ERRORS_SHOWN + 5))
+    not_array = tmp_path / "b.json"
+    not_array.write_text('{"id": "x"}')
+    not_parquet = tmp_path / "c.parquet"
+    not_parquet.write_bytes(b"PAR1 but not really")
+    good = write_jsonl(tmp_path / "d.jsonl", summary_rows(2))
+    broken = tmp_path / "e.json"  # a malformed element: where the next one starts is unknown
+    broken.write_text(f'[{json.dumps(summary_rows(1)[0])}, {{"id": "c" "x"}}, {{"id": "d"}}]')
+    out = tmp_path / "out"
+    files = [many_bad, not_array, not_parquet, good, broken]
+    code, _, err = run_cli(
+        capsys, "run", *files, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert code == 0, err
+    assert len(successes(out)) == 3
+    # Named even after the row errors shown were capped.
+    assert "further errors are only in results.jsonl" in err
+    assert f"{not_array}: a .json file must hold an array of rows" in err
+    assert f"{not_parquet}: not a readable Parquet file" in err
+    assert f"{broken}: reading stopped at element 2 (element is not valid JSON" in err
+    assert "; 3 unreadable file(s)" in err.strip().splitlines()[-1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["file_errors"]["count"] == 3
+    assert [m.split(":")[0] for m in summary["file_errors"]["messages"]] == [
+        str(not_array),
+        str(not_parquet),
+        str(broken),
+    ]
+    (row_error,) = [r for r in records(out) if r["file"] == str(broken) and r["error"]]
+    assert row_error["row"] == 2 and "the rest of the file is not read" in row_error["error"]
+
+
+def test_an_exception_while_preparing_a_row_fails_that_row_only(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from evalgpu.rows import RowReader
+
+    steps = RowReader.steps
+
+    def fragile(self: RowReader, scorer: Any, record: dict[str, Any]) -> Any:
+        if record.get("id") == "r1":
+            raise RecursionError("maximum recursion depth exceeded")
+        return steps(self, scorer, record)
+
+    monkeypatch.setattr(RowReader, "steps", fragile)
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(3))
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert code == 0, err
+    got = records(out)
+    assert got[1]["error"] == ('row 2 (id "r1"): RecursionError: maximum recursion depth exceeded')
+    assert got[1]["errorKind"] == "input"
+    assert got[0]["error"] is None and got[2]["error"] is None
+
+
+def test_text_that_cannot_be_written_as_utf8_is_replaced_in_records(tmp_path: Path) -> None:
+    from evalgpu.engines.scripted import ScriptedEngine
+
+    class Garbled(ScriptedEngine):  # an engine whose error message holds a lone surrogate
+        def generate(self, requests: Any) -> Any:
+            raise RuntimeError("the device said \udc80")
+
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
+    settings = RunSettings(data=(data,), scorers=("summarization",), out=tmp_path / "out")
+    errors: list[str] = []
+    with open_sweep(settings) as sweep:
+        sweep.run(Garbled(), on_error=errors.append)
+    (record,) = records(tmp_path / "out")  # reads the file as strict UTF-8
+    assert record["error"].endswith("RuntimeError: the device said \ufffd")
+    assert record["errorKind"] == "engine"
+    assert errors == [record["error"]]  # what is echoed is the written, replaced text
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["scorers"]["summarization-scorer"]["failures"][0]["error"] == record["error"]
+
+
+def test_repeated_ids_are_counted_named_once_and_still_scored(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", [*summary_rows(3), summary_rows(1)[0]])  # r0 again
+    b = write_jsonl(
+        tmp_path / "b.jsonl",
+        [summary_rows(1, start=1)[0], summary_rows(1)[0], {"source": COMPANY, "summary": GOOD}],
+    )  # r1 and r0 again (r0 a third time), and a row without an id
+    out = tmp_path / "out"
+    argv = ["run", a, b, "--scorer", "summarization", "--out", out, *SCRIPTED]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    assert len(successes(out)) == 7  # every row is scored
+    assert err.count('id "r0" repeats') == 1 and err.count('id "r1" repeats') == 1
+    assert f'{a} row 4: id "r0" repeats an earlier row\'s id' in err
+    assert "; 3 rows repeating an id (scored; see summary.json)" in err.strip().splitlines()[-1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["duplicate_ids"] == {
+        "count": 3,
+        "ids": 2,
+        "examples": [
+            {"id": "r0", "file": str(a), "row": 4},
+            {"id": "r1", "file": str(b), "row": 1},
+        ],
+    }
+    # A resumed run reads every row again: the same count, each id named again once.
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0 and err.count('id "r0" repeats') == 1
+    assert json.loads((out / "summary.json").read_text())["duplicate_ids"]["count"] == 3
+
+
+def test_only_the_first_repeated_ids_are_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from evalgpu.sweep import IDS_NAMED
+
+    rows = summary_rows(IDS_NAMED + 5)
+    data = write_jsonl(tmp_path / "d.jsonl", rows + rows)
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED
+    )
+    assert code == 0
+    assert err.count("repeats an earlier row's id") == IDS_NAMED
+    assert "further repeated ids are only counted in summary.json" in err
+    summary = json.loads((out / "summary.json").read_text())["duplicate_ids"]
+    assert (summary["count"], summary["ids"], len(summary["examples"])) == (
+        IDS_NAMED + 5,
+        IDS_NAMED + 5,
+        10,
+    )
+
+
 def test_exit_1_when_no_row_could_be_scored(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -111,7 +111,9 @@ def test_json_array_streams_across_read_boundaries(
 def test_json_array_non_object_and_malformed_elements(tmp_path: Path) -> None:
     path = tmp_path / "d.json"
     path.write_text('[{"id": "a"}, 7, {"id": "c" "x"}, {"id": "d"}]')
-    got = rows(path)
+    got: list[tuple[int, object]] = []
+    with pytest.raises(ValueError, match=r"reading stopped at element 3 \(element is not valid"):
+        got += read_rows(path)  # the row error, then the file's (the rest is not read)
     assert got[0] == (1, {"id": "a"})
     assert got[1] == (2, RowError("a row must be a JSON object, got a number"))
     assert got[2][0] == 3 and isinstance(got[2][1], RowError)
@@ -153,3 +155,178 @@ def test_reading_is_lazy(tmp_path: Path) -> None:
     path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(10_000)))
     it = read_rows(path)
     assert next(it) == (1, {"i": 0})
+
+
+# Hostile input: every row that cannot be read or decoded is its own error; reading goes on.
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE_INT = "7" * 100_000  # over Python's 4,300-digit limit for int("...")
+GOOD = {"id": "good", "summary": "fine"}
+
+
+def test_jsonl_hostile_lines_fail_their_row_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(data, "MAX_ROW_BYTES", 300_000)
+    path = tmp_path / "d.jsonl"
+    good = json.dumps(GOOD).encode()
+    lines = [
+        DEEP.encode(),
+        b'{"id": "n", "summary": ' + HUGE_INT.encode() + b"}",
+        b'{"id": "s", "summary": "half a pair \\ud83d"}',
+        b'{"id": "k", "\\udc80": 1}',
+        b'{"id": "\\ud800", "summary": "x"}',
+        b'{"id": "inf", "summary": 1e999999}',  # decodes: a float, judged by the field's check
+        b'{"id": "long", "summary": "' + b"x" * 400_000 + b'"}',
+        b"[1, 2]",
+        b"not json",
+        b'{"id": "\xc3"}',
+    ]
+    path.write_bytes(b"".join(line + b"\n" + good + b"\n" for line in lines))
+    got = rows(path)
+    assert len(got) == 2 * len(lines)
+    assert all(record == GOOD for _, record in got[1::2])  # every good row, after each bad one
+    bad = dict(got[0::2])
+    assert bad[1] == RowError("line cannot be decoded: nested too deeply to decode")
+    assert isinstance(bad[3], RowError)
+    assert bad[3].message.startswith("line cannot be decoded: Exceeds the limit (4300 digits)")
+    assert bad[5].message.startswith("summary: text holds a lone surrogate (\\ud83d)")
+    assert bad[5].record == {"id": "s", "summary": "half a pair \ud83d"}  # its id can name it
+    assert bad[7].message.startswith("\ufffd: text holds a lone surrogate (\\udc80)")
+    assert bad[9].message.startswith("id: text holds a lone surrogate (\\ud800)")
+    assert bad[11] == {"id": "inf", "summary": float("inf")}
+    assert bad[13] == RowError("line is longer than 300,000 bytes")
+    assert bad[15] == RowError("a row must be a JSON object, got an array")
+    assert isinstance(bad[17], RowError) and bad[17].message.startswith("line is not valid JSON")
+    assert bad[19] == RowError("line is not valid UTF-8 (byte 9)")
+
+
+@pytest.mark.parametrize("block", [7, 1 << 16])
+def test_json_array_elements_that_cannot_be_decoded_are_skipped_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(data, "_BLOCK", block)
+    monkeypatch.setattr(data, "MAX_ROW_BYTES", 300_000)
+    good = json.dumps(GOOD)
+    # Brackets and escaped quotes inside strings must not fool the scanner that skips.
+    tricky = '{"a": "]]\\"[[{", "b": ' + "[" * 5000 + '"\\\\"' + "]" * 5000 + "}"
+    elements = [
+        DEEP,
+        HUGE_INT,
+        tricky,
+        '{"id": "s", "summary": "\\udfff"}',
+        '{"id": "long", "summary": "' + "x" * 400_000 + '"}',
+        '"text"',
+    ]
+    path = tmp_path / "d.json"
+    path.write_text("[" + ",\n".join(f"{e}, {good}" for e in elements) + "]", encoding="utf-8")
+    got = rows(path)
+    assert [n for n, _ in got] == list(range(1, 2 * len(elements) + 1))
+    assert all(record == GOOD for _, record in got[1::2])
+    bad = [record for _, record in got[0::2]]
+    assert all(isinstance(b, RowError) for b in bad)
+    messages = [b.message for b in bad if isinstance(b, RowError)]
+    assert messages[0] == "element cannot be decoded: nested too deeply to decode"
+    assert messages[1].startswith("element cannot be decoded: Exceeds the limit (4300 digits)")
+    assert messages[2] == "element cannot be decoded: nested too deeply to decode"
+    assert messages[3].startswith("summary: text holds a lone surrogate (\\udfff)")
+    # Refused when the window outgrows the cap, or once decoded in a window grown past it.
+    assert "longer than 300,000 characters" in messages[4]
+    assert messages[5] == "a row must be a JSON object, got a string"
+
+
+def test_json_array_bytes_that_are_not_utf8_fail_their_element(tmp_path: Path) -> None:
+    path = tmp_path / "d.json"
+    path.write_bytes(b'[{"id": "a", "summary": "\xff"}, {"id": "b"}]')
+    got = rows(path)
+    assert isinstance(got[0][1], RowError) and got[0][1].message.startswith(
+        "summary: text holds a lone surrogate (\\udcff)"
+    )
+    assert got[1] == (2, {"id": "b"})
+
+
+def test_json_array_ending_inside_an_element_is_that_rows_error(tmp_path: Path) -> None:
+    path = tmp_path / "d.json"
+    path.write_text('[{"id": "a"}, ' + "[" * 5000)
+    got: list[tuple[int, object]] = []
+    with pytest.raises(ValueError, match=r"stopped at element 2 \(the file ends inside it\)"):
+        got += read_rows(path)
+    assert got == [
+        (1, {"id": "a"}),
+        (
+            2,
+            RowError(
+                "element cannot be decoded: nested too deeply to decode; the file ends inside it"
+            ),
+        ),
+    ]
+
+
+def test_csv_hostile_cells(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import csv
+
+    path = tmp_path / "d.csv"
+    path.write_text(
+        "id,summary,context\n"
+        f'a,ok,"{"[" * 5000 + "]" * 5000}"\n'  # a JSON-looking cell too deep to decode: text
+        'b,ok,"[""\\ud800""]"\n'  # a JSON cell escaping a lone surrogate
+        f"c,{'x' * 30_000},y\n"  # a cell over the limit
+        "d,ok,z\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(data, "MAX_ROW_BYTES", 20_000)
+    limit = csv.field_size_limit(20_000)
+    try:
+        got = rows(path)
+    finally:
+        csv.field_size_limit(limit)
+    assert got[0] == (2, {"id": "a", "summary": "ok", "context": "[" * 5000 + "]" * 5000})
+    assert got[1][0] == 3 and isinstance(got[1][1], RowError)
+    assert got[1][1].message.startswith("context: text holds a lone surrogate (\\ud800)")
+    assert got[2] == (4, RowError("line is not valid CSV (field larger than field limit (20000))"))
+    assert got[3] == (5, {"id": "d", "summary": "ok", "context": "z"})
+
+
+def _invalid_utf8_strings(values: list[bytes]) -> pa.Array:
+    """A string column holding bytes that are not UTF-8 (as a careless writer leaves them)."""
+    import struct
+
+    offsets = [0]
+    for v in values:
+        offsets.append(offsets[-1] + len(v))
+    buffers = [
+        None,
+        pa.py_buffer(struct.pack(f"<{len(offsets)}i", *offsets)),
+        pa.py_buffer(b"".join(values)),
+    ]
+    return pa.Array.from_buffers(pa.string(), len(values), buffers)
+
+
+def test_parquet_a_cell_that_cannot_be_read_fails_its_row_only(tmp_path: Path) -> None:
+    path = tmp_path / "d.parquet"
+    table = pa.table(
+        {"id": ["a", "b", "c"], "summary": _invalid_utf8_strings([b"ok", b"\xff\xfe", b"fine"])}
+    )
+    pq.write_table(table, path)
+    got = rows(path)
+    assert got[0] == (1, {"id": "a", "summary": "ok"})
+    assert got[1][0] == 2 and isinstance(got[1][1], RowError)
+    assert got[1][1].message.startswith("summary: the cell cannot be read ('utf-8' codec")
+    assert got[1][1].record == {"id": "b"}  # read before the bad cell: the id names the row
+    assert got[2] == (3, {"id": "c", "summary": "fine"})
+
+
+def test_parquet_that_breaks_partway_is_a_file_error_after_its_good_rows(tmp_path: Path) -> None:
+    path = tmp_path / "d.parquet"
+    table = pa.table({"id": [f"r{i}" for i in range(3000)], "summary": ["s" * 50] * 3000})
+    pq.write_table(table, path, row_group_size=1024, compression="none")
+    raw = bytearray(path.read_bytes())
+    middle = raw.index(b"r2000")  # a data page of the second row group, not the footer
+    raw[middle - 200 : middle + 200] = b"\xff" * 400
+    path.write_bytes(bytes(raw))
+    seen = []
+    with pytest.raises(ValueError, match=r"rows from [\d,]+ on cannot be read") as caught:
+        for row, _ in read_rows(path):
+            seen.append(row)
+    assert str(path) in str(caught.value)
+    assert seen[:1024] == list(range(1, 1025))

@@ -88,7 +88,7 @@ def write_data(folder: Path) -> list[Path]:
     pq.write_table(
         pa.table(
             {
-                "id": [f"p{i}" for i in range(4)],
+                "id": ["p0", "p1", "p2", "s0-0"],  # the last repeats a JSONL row's id
                 # Sources of their own: a replica's reply cache is its own, so a source that
                 # another file repeats may cost one call more than locally (usage differs).
                 "source": [source(10 + i) for i in range(4)],
@@ -122,25 +122,32 @@ def test_chunks_keep_a_sources_rows_together(tmp_path: Path) -> None:
     s = settings(data[:1], tmp_path / "out", scorers=("summarization",), chunk_size=2)
     ledger = Ledger([str(data[0])])
     ledger.mark(0, 1, "summarization-scorer", SCORED)
-    chunks = list(read_chunks(s, ledger))
+    chunks = list(read_chunks(s, [str(data[0])], ledger))
     rows = [[row.number for row in c.rows] for c in chunks]
     # Line 6 is the bad JSON line; line 1 is already scored and is counted, not sent.
     assert rows == [[2, 3], [4, 5, 6, 7], [8, 9, 10], [11, 12, 13], [14]]
-    assert sum(c.skipped for c in chunks) == 1
+    assert sum(c.notes.skipped for c in chunks) == 1
     assert isinstance(chunks[1].rows[2].record, RowError)
 
 
 def test_records_equal_the_local_runs(cluster: str, tmp_path: Path) -> None:
     data = write_data(tmp_path)
     local = settings(data, tmp_path / "local", chunk_size=2)
+    told: list[str] = []
     with open_sweep(local) as sweep:
-        sweep.run(load_engine(None, backend="scripted"))
+        sweep.run(load_engine(None, backend="scripted"), on_notice=told.append)
     remote = settings(data, tmp_path / "ray", chunk_size=2)
     seen: list[tuple[int, int | None]] = []
+    notices: list[str] = []
     with open_sweep(remote) as sweep:
         outcome = run_ray(
-            sweep, replicas=2, on_progress=lambda p: seen.append((p.rows_done, p.rows_total))
+            sweep,
+            replicas=2,
+            on_progress=lambda p: seen.append((p.rows_done, p.rows_total)),
+            on_notice=notices.append,
         )
+    assert sorted(notices) == sorted(told) and any("repeats an earlier row" in n for n in told)
+    assert outcome.repeated_ids == 1
     mine, theirs = records(tmp_path / "ray"), records(tmp_path / "local")
     assert by_key(mine) == by_key(theirs)
     assert any(r["error"] and "line is not valid JSON" in r["error"] for r in mine)
@@ -157,6 +164,8 @@ def test_records_equal_the_local_runs(cluster: str, tmp_path: Path) -> None:
         }
         assert len(ours["lowest"]) == len(entry["lowest"])
     assert summary["engine"] == expected["engine"]
+    assert summary["duplicate_ids"] == expected["duplicate_ids"]
+    assert summary["duplicate_ids"]["count"] == 1
 
     # A rerun retries only the failures (the unreadable line, the row without a summary).
     with open_sweep(remote) as sweep:

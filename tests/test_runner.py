@@ -72,51 +72,6 @@ def test_on_wave_reports_each_generate(engine):
     assert waves[0].prompt_tokens > 0 and waves[0].output_tokens > 0
 
 
-def test_run_evals_batches_across_items_and_scorers(engine):
-    summarization = create_summarization_scorer(engine)
-    recall = create_context_recall_scorer(engine, context=["The company is based in Seattle."])
-    data = [
-        {"input": SOURCE, "output": SOURCE, "ground_truth": "The company is based in Seattle."},
-        {"input": SOURCE, "output": "The company is based in Seattle."},
-    ]
-    seen = []
-    out = run_evals(data, [summarization, recall], on_item_complete=seen.append)
-    assert len(engine.calls) == 2  # (alignment, questions, claims) then (coverage, attribution)
-    assert out["summary"] == {"total_items": 2, "failed_items": 0}
-    assert out["scores"]["summarization-scorer"] == pytest.approx((1.0 + 0.5) / 2)
-    assert out["scores"]["context-recall-scorer"] == pytest.approx((1.0 + 0.0) / 2)
-    assert [e["item"] for e in seen] == data
-    assert set(seen[0]["scorer_results"]) == {"summarization-scorer", "context-recall-scorer"}
-
-
-def test_run_evals_uses_target_and_isolates_its_failures(engine):
-    def target(question):
-        if question == "explode":
-            raise ValueError("agent crashed")
-        return SOURCE
-
-    out = run_evals(
-        [{"input": SOURCE}, {"input": "explode"}, {"input": SOURCE, "groundTruth": "x"}],
-        [create_summarization_scorer(engine)],
-        target=target,
-    )
-    items = out["items"]
-    assert items[0]["output"] == SOURCE
-    assert items[0]["scorer_results"]["summarization-scorer"].score == 1.0
-    failed = items[1]["scorer_results"]["summarization-scorer"]
-    assert failed.score is None
-    assert failed.error == "item 2: target raised ValueError: agent crashed"
-    assert out["summary"] == {"total_items": 3, "failed_items": 1}
-    assert out["scores"]["summarization-scorer"] == 1.0
-
-
-def test_run_evals_rejects_items_without_input(engine):
-    out = run_evals([{"output": "x"}], [create_summarization_scorer(engine)])
-    result = out["items"][0]["scorer_results"]["summarization-scorer"]
-    assert result.error == "item 1: an item is a dict with an 'input' key"
-    assert out["scores"] == {"summarization-scorer": None}
-
-
 def test_two_scorers_on_one_engine_share_its_reply_cache(engine):
     strict = create_summarization_scorer(engine)
     doubled = create_summarization_scorer(engine, scale=2.0)
@@ -124,7 +79,9 @@ def test_two_scorers_on_one_engine_share_its_reply_cache(engine):
     doubled.run_batch([{"input": SOURCE, "output": "The company is based in Seattle."}])
     run_evals([{"input": SOURCE, "output": SOURCE}], [doubled])
     assert len(engine.by_tag("summarization.questions")) == 1
-    assert len(create_summarization_scorer(ScriptedEngine()).engine.calls) == 0
+    other = ScriptedEngine()  # another engine has a cache of its own
+    create_summarization_scorer(other).run(input=SOURCE, output=SOURCE)
+    assert len(other.by_tag("summarization.questions")) == 1
 
 
 def test_a_call_too_long_for_the_judge_fails_its_row_before_the_engine(engine):
@@ -200,3 +157,19 @@ def test_the_error_kind_is_serialised_as_errorKind_and_goes_with_an_error():
         ScoreResult(scorer="s", score=1.0, error_kind="engine")
     with pytest.raises(ValueError):
         ScoreResult(scorer="s", error="x", error_kind="bogus")  # type: ignore[arg-type]
+
+
+def test_a_lone_surrogate_in_one_run_fails_that_run_not_the_wave():
+    engine = ScriptedEngine()
+    runs = [
+        {"input": SOURCE, "output": "Founded \ud800 in 1995."},
+        {"input": SOURCE, "output": SOURCE},
+    ]
+    bad, good = create_summarization_scorer(engine).run_batch(runs)
+    assert bad.error == (
+        "row 1: summarization.alignment: the prompt holds a lone surrogate (\\ud800), "
+        "which is not text"
+    )
+    assert bad.error_kind == "input"
+    assert good.error is None and good.score == 1.0
+    assert all("\ud800" not in m["content"] for r in engine.requests for m in r.messages)

@@ -50,7 +50,7 @@ def test_scan_results_skips_a_torn_line_and_bad_lines(tmp_path: Path) -> None:
 
 def test_the_hash_ignores_where_the_data_files_are() -> None:
     moved = config()
-    moved["data"][0]["path"] = "/elsewhere/d.jsonl"
+    moved["data"][0]["path"] = "elsewhere/d.jsonl"
     assert config_hash(moved) == config()["hash"]
     assert config(scale=2.0)["hash"] != config()["hash"]
 

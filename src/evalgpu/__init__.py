@@ -6,7 +6,7 @@ they are built.
 
 from evalgpu.engines import load_engine
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
-from evalgpu.evaluate import Evaluation, evaluate, run_evals
+from evalgpu.evaluation import Evaluation, evaluate, run_evals
 from evalgpu.messages import extract_tool_results
 from evalgpu.results import ScoreResult, Usage
 from evalgpu.scorers import Scorer, create_context_recall_scorer, create_summarization_scorer

@@ -252,9 +252,15 @@ def _run(args: argparse.Namespace) -> int:
                     replicas=args.replicas,
                     on_progress=console.progress,
                     on_error=console.error,
+                    on_notice=console.notice,
                 )
             else:
-                outcome = sweep.run(engine, on_progress=console.progress, on_error=console.error)
+                outcome = sweep.run(
+                    engine,
+                    on_progress=console.progress,
+                    on_error=console.error,
+                    on_notice=console.notice,
+                )
         except KeyboardInterrupt:
             console.finish()
             print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)
@@ -283,6 +289,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     if outcome.file_errors:
         line += f"; {len(outcome.file_errors)} unreadable file(s)"
+    if outcome.repeated_ids:
+        line += f"; {_n(outcome.repeated_ids, 'row')} repeating an id (scored; see summary.json)"
     if sweep.bad_lines:
         line += f"; {sweep.bad_lines} unreadable line(s) of results.jsonl skipped"
     if outcome.total_scored == 0:
@@ -363,6 +371,10 @@ class _Console:
             return
         if self.errors == ERRORS_SHOWN + 1:
             message = "further errors are only in results.jsonl"
+        self.notice(message)
+
+    def notice(self, message: str) -> None:
+        """A line that is always shown (a file that cannot be read, a repeated id)."""
         self._clear()
         self.stream.write(f"{PROG} run: {message}\n")
         self.stream.flush()

@@ -2,9 +2,15 @@
 
 `read_rows(path)` yields `(row, record)` pairs, where `row` is the row's 1-based line number
 (JSON Lines, CSV) or 1-based index (JSON, Parquet) and `record` is the row's dict, or a
-`RowError` when the row cannot be read (a malformed line, a row that is not an object, text
-that is not UTF-8). One bad row never stops the file: the next row is read as usual. Nothing is
-loaded whole, so memory stays flat on any file size.
+`RowError` when the row cannot be read: a malformed line, a row that is not an object, text
+that is not UTF-8 or holds a lone surrogate, nesting too deep or a number too long for Python
+to decode, a row over `MAX_ROW_BYTES`. One bad row never stops the file: the next row is read
+as usual. Nothing is loaded whole, so memory stays flat on any file size.
+
+A file that cannot be read at all (no such file, not Parquet, a .json that is not an array)
+raises `OSError` or `ValueError`; so does a file that breaks partway in a way that leaves the
+next row's start unknown (a JSON array with a malformed element, a Parquet page that cannot be
+decoded), after the rows before it were yielded.
 
 The format is chosen by the file's extension (`FORMATS`).
 """
@@ -15,10 +21,13 @@ import csv
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from evalgpu._json_window import JsonWindow
 
 __all__ = [
     "FORMATS",
@@ -27,6 +36,7 @@ __all__ = [
     "file_format",
     "inspect_file",
     "read_rows",
+    "replace_surrogates",
 ]
 
 FORMATS = {
@@ -42,18 +52,27 @@ FORMATS = {
 # an `{"inputMessages": [...]}` input), decoded when the cell starts like JSON and parses.
 CSV_JSON_COLUMNS = ("context", "input", "output")
 
-# A JSON array element bigger than this is refused rather than buffered without end (a
-# malformed element is only detected once the parser gives up, possibly at the end of the file).
-MAX_JSON_ELEMENT = 64 * 1024 * 1024
+MAX_ROW_BYTES = 64 * 1024 * 1024
+"""The largest row read: a JSON Lines line, a JSON array element, a CSV cell. A bigger one is
+that row's error (and is skipped without being held in memory), not the file's."""
 # Characters read at a time from a JSON file (tests shrink it to cross element boundaries).
 _BLOCK = 1 << 16
+# Errors quote at most this much of an exception's message (an int's digits, a cell).
+_MESSAGE_CHARS = 200
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_BAD_BYTE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a byte not UTF-8
 
 
 @dataclass(frozen=True)
 class RowError:
-    """A row that could not be read; `message` says why (without the row number)."""
+    """A row that could not be read; `message` says why (without the row number).
+
+    `record` is the row's object when it was parsed but cannot be used (a lone surrogate in
+    it), so that its id can still name it; None otherwise.
+    """
 
     message: str
+    record: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -130,9 +149,58 @@ def read_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | RowError
 
 
 def _object(value: Any) -> dict[str, Any] | RowError:
-    if isinstance(value, dict):
-        return value
-    return RowError(f"a row must be a JSON object, got {_json_type(value)}")
+    if not isinstance(value, dict):
+        return RowError(f"a row must be a JSON object, got {_json_type(value)}")
+    return _unicode(value)
+
+
+def _unicode(record: dict[str, Any]) -> dict[str, Any] | RowError:
+    """`record`, or a RowError naming the field where a string holds a lone surrogate.
+
+    A lone surrogate (a JSON `\\ud800` escape without its pair, or a byte that is not UTF-8
+    read with surrogateescape) is not a character: it cannot be written as UTF-8, and a
+    judge's tokenizer cannot take it. Walked with a stack, not recursion: rows may nest deep.
+    """
+    stack: list[tuple[str, Any]] = [(str(key), key) for key in record]
+    stack += [(str(key), value) for key, value in record.items()]
+    while stack:
+        field, value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and (bad := _SURROGATE.search(value)):
+                where = replace_surrogates(field)
+                return RowError(
+                    f"{where}: text holds a lone surrogate (\\u{ord(bad.group()):04x}), which "
+                    "is not a character (bytes that are not UTF-8, or a \\u escape without "
+                    "its pair)",
+                    record,
+                )
+        elif isinstance(value, dict):
+            stack += [(field, key) for key in value]
+            stack += [(field, item) for item in value.values()]
+        elif isinstance(value, list):
+            stack += [(field, item) for item in value]
+    return record
+
+
+def replace_surrogates(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD, so that it can be written as UTF-8.
+
+    For anything echoed back (ids, file names, error messages, JSON text made with
+    `ensure_ascii=False`, where a surrogate can only stand inside a string).
+    """
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a value could not be decoded, in a few words."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to decode"
+    if isinstance(exc, MemoryError):
+        return "too large to decode in memory"
+    text = " ".join(str(exc).split())
+    if len(text) > _MESSAGE_CHARS:
+        text = text[: _MESSAGE_CHARS - 1] + "…"
+    return f"{type(exc).__name__}: {text}" if not isinstance(exc, ValueError) else text
 
 
 def _json_type(value: Any) -> str:
@@ -148,7 +216,10 @@ def _json_type(value: Any) -> str:
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
     with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
+        for number, raw in enumerate(_lines(f), 1):
+            if raw is None:
+                yield number, RowError(f"line is longer than {MAX_ROW_BYTES:,} bytes")
+                continue
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
@@ -163,12 +234,28 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
             except json.JSONDecodeError as exc:
                 yield number, RowError(f"line is not valid JSON: {exc.msg} (column {exc.colno})")
                 continue
+            except Exception as exc:  # valid JSON Python cannot decode: too deep, a huge int
+                yield number, RowError(f"line cannot be decoded: {_reason(exc)}")
+                continue
             yield number, _object(value)
 
 
+def _lines(f: io.BufferedReader) -> Iterator[bytes | None]:
+    """The file's lines, each None when longer than `MAX_ROW_BYTES` (skipped, never held)."""
+    limit = MAX_ROW_BYTES
+    while raw := f.readline(limit + 1):
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        yield raw
+
+
 def _csv(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
-    # Long documents are normal here: lift the csv module's 128 KiB cell limit.
-    csv.field_size_limit(max(csv.field_size_limit(), MAX_JSON_ELEMENT))
+    # Long documents are normal here: lift the csv module's 128 KiB cell limit (a cell over
+    # MAX_ROW_BYTES is its row's error, and the reader goes on at the next line).
+    csv.field_size_limit(max(csv.field_size_limit(), MAX_ROW_BYTES))
     # surrogateescape: a bad byte becomes a lone surrogate, reported for its row only.
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.reader(f)
@@ -205,19 +292,21 @@ def _csv(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
                 record[column] = _maybe_json(record[column]) if column in record else None
                 if record[column] is None:
                     del record[column]
-            yield start, record
+            yield start, _unicode(record)  # a JSON cell may escape a lone surrogate
 
 
 def _has_bad_bytes(cells: list[str]) -> bool:
-    return any("\udc80" <= ch <= "\udcff" for cell in cells for ch in cell)
+    """Whether a cell holds a byte that is not UTF-8 (decoded with surrogateescape)."""
+    return any(not cell.isascii() and _BAD_BYTE.search(cell) for cell in cells)
 
 
 def _maybe_json(cell: str) -> Any:
+    """The cell's JSON value when it starts like JSON and decodes; else the cell as text."""
     text = cell.strip()
     if text[:1] in ("[", "{"):
         try:
             return json.loads(text)
-        except json.JSONDecodeError:
+        except Exception:  # malformed, or too deep to decode: the cell is text
             pass
     return cell
 
@@ -225,11 +314,16 @@ def _maybe_json(cell: str) -> Any:
 def _json_array(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
     """Stream the elements of a top-level JSON array with the C decoder, one at a time.
 
-    A malformed element ends the file: past it, where the next element starts is unknown.
+    An element that is valid JSON but cannot be decoded (nested too deep, a number too long,
+    over `MAX_ROW_BYTES`) is skipped by a scanner that only tracks strings and brackets, and is
+    that row's error. A malformed element ends the file: past it, where the next element
+    starts is unknown. It is that row's error, then a `ValueError` for the file (the rows
+    after it are never read, and that must not go unsaid).
     """
     decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8-sig") as f:
-        reader = _Buffer(f)
+    # surrogateescape: a byte that is not UTF-8 fails its element (a lone surrogate), not the file.
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as f:
+        reader = JsonWindow(f, _BLOCK, MAX_ROW_BYTES)
         if not reader.skip_space():
             return
         if reader.peek() != "[":
@@ -243,81 +337,39 @@ def _json_array(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
                 return
             if index > 0:
                 if reader.peek() != ",":
-                    yield (
-                        index + 1,
-                        RowError(
-                            "element is not valid JSON: expected ',' or ']'; the rest of the file "
-                            "is not read"
-                        ),
-                    )
-                    return
+                    message = "element is not valid JSON: expected ',' or ']'"
+                    yield index + 1, RowError(f"{message}; the rest of the file is not read")
+                    raise _stopped(path, index + 1, message)
                 reader.pos += 1
                 reader.skip_space()
             index += 1
             try:
                 value = reader.decode(decoder)
             except json.JSONDecodeError as exc:
-                yield (
-                    index,
-                    RowError(
-                        f"element is not valid JSON: {exc.msg}; the rest of the file is not read"
-                    ),
-                )
-                return
+                message = f"element is not valid JSON: {exc.msg}"
+                yield index, RowError(f"{message}; the rest of the file is not read")
+                raise _stopped(path, index, message) from None
+            except Exception as exc:  # too deep, a huge int, too large: skip this element only
+                if not reader.skip_value():
+                    message = f"element cannot be decoded: {_reason(exc)}"
+                    yield index, RowError(f"{message}; the file ends inside it")
+                    raise _stopped(path, index, "the file ends inside it") from None
+                yield index, RowError(f"element cannot be decoded: {_reason(exc)}")
+                continue
+            if reader.size > MAX_ROW_BYTES:  # decoded in a window grown past the cap
+                yield index, RowError(f"element is longer than {MAX_ROW_BYTES:,} characters")
+                continue
             yield index, _object(value)
 
 
-class _Buffer:
-    """A text window over a file for `JSONDecoder.raw_decode`, refilled as elements need."""
-
-    def __init__(self, f: io.TextIOBase) -> None:
-        self.f = f
-        self.text = ""
-        self.pos = 0
-        self.eof = False
-
-    def _fill(self, size: int) -> bool:
-        if self.eof:
-            return False
-        block = self.f.read(size)
-        if not block:
-            self.eof = True
-            return False
-        self.text = self.text[self.pos :] + block
-        self.pos = 0
-        return True
-
-    def skip_space(self) -> bool:
-        """Move past whitespace; False at the end of the file."""
-        while True:
-            while self.pos < len(self.text) and self.text[self.pos] in " \t\r\n":
-                self.pos += 1
-            if self.pos < len(self.text):
-                return True
-            if not self._fill(_BLOCK):
-                return False
-
-    def peek(self) -> str:
-        return self.text[self.pos]
-
-    def decode(self, decoder: json.JSONDecoder) -> Any:
-        size = _BLOCK
-        while True:
-            try:
-                value, end = decoder.raw_decode(self.text, self.pos)
-            except json.JSONDecodeError:
-                # Maybe only cut by the window: read more and try again, up to the cap.
-                if len(self.text) - self.pos > MAX_JSON_ELEMENT or not self._fill(size):
-                    raise
-                size *= 2
-                continue
-            if end == len(self.text) and not self.eof and self._fill(size):
-                continue  # a number or literal may go on past the window
-            self.pos = end
-            return value
+def _stopped(path: Path, row: int, why: str) -> ValueError:
+    """The file error after a JSON array's row error that ends the file (never silent)."""
+    return ValueError(f"{path}: reading stopped at element {row:,} ({why}); the rest is not read")
 
 
 def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
+    """Rows in batches of 1,024; a batch that fails to convert is retried row by row, so
+    that a cell Python cannot take (text that is not UTF-8, ...) fails its own row only."""
     import pyarrow.parquet as pq
 
     try:
@@ -325,7 +377,33 @@ def _parquet(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
     except Exception as exc:
         raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
     index = 0
-    for batch in table.iter_batches(batch_size=1024):
-        for record in batch.to_pylist():
+    batches = table.iter_batches(batch_size=1024)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as exc:  # a page that cannot be read: where the next row is, is lost
+            raise ValueError(
+                f"{path}: rows from {index + 1:,} on cannot be read ({_reason(exc)})"
+            ) from exc
+        try:
+            records: list[dict[str, Any] | RowError] = batch.to_pylist()
+        except Exception:
+            records = [_parquet_row(batch, i) for i in range(batch.num_rows)]
+        for record in records:
             index += 1
             yield index, record
+
+
+def _parquet_row(batch: Any, i: int) -> dict[str, Any] | RowError:
+    """Row `i` of the batch, cell by cell: the first cell that cannot be read is named."""
+    record: dict[str, Any] = {}
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            record[name] = column[i].as_py()
+        except Exception as exc:
+            return RowError(
+                f"{replace_surrogates(str(name))}: the cell cannot be read ({_reason(exc)})", record
+            )
+    return record

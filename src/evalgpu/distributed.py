@@ -38,16 +38,30 @@ from typing import Any
 from evalgpu.data import RowError
 from evalgpu.driver import Driver, make_record
 from evalgpu.results import ScoreResult
-from evalgpu.rows import Row, file_rows
+from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
 from evalgpu.runner import WaveStats
 from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.storage import Ledger, Record
-from evalgpu.sweep import Outcome, Progress, Sweep
+from evalgpu.sweep import IDS_NAMED, Outcome, Progress, Sweep
 
 __all__ = ["Chunk", "Replica", "read_chunks", "run_ray"]
 
 SKIPPED_PER_CHUNK = 10_000
 """Rows already scored are counted, not sent: an empty chunk reports every this many."""
+
+
+@dataclass
+class ReadNotes:
+    """What the read met on the way to a chunk, passed through its replica to the driver."""
+
+    skipped: int = 0
+    """Rows passed over because every scorer already has a success for them."""
+    file_errors: list[str] = field(default_factory=list)
+    """Data files that could not be read, or stopped partway (each message names the file)."""
+    notices: list[str] = field(default_factory=list)
+    """Rows repeating an earlier row's id, named as a local run names them."""
+    repeats: RepeatedIds | None = None
+    """On the last chunk only: the run's repeated ids (for summary.json)."""
 
 
 @dataclass
@@ -57,10 +71,7 @@ class Chunk:
     rows: list[Row] = field(default_factory=list)
     done: set[tuple[int, int, str]] = field(default_factory=set)
     """(file, row, scorer id) of these rows that already have a success (not scored again)."""
-    skipped: int = 0
-    """Rows passed over because every scorer already has a success for them."""
-    file_errors: list[str] = field(default_factory=list)
-    """Data files that could not be read (each message names the file)."""
+    notes: ReadNotes = field(default_factory=ReadNotes)
 
 
 def _group(record: dict[str, Any] | RowError, mapping: dict[str, str]) -> str | None:
@@ -74,24 +85,46 @@ def _group(record: dict[str, Any] | RowError, mapping: dict[str, str]) -> str | 
     return None
 
 
-def read_chunks(settings: RunSettings, ledger: Ledger) -> Iterator[Chunk]:
+def read_chunks(settings: RunSettings, files: list[str], ledger: Ledger) -> Iterator[Chunk]:
     """The rows still to score, in file order, as chunks (what the read task yields).
 
     A chunk closes once it holds `chunk_size` rows and the next row has another source, so
     that a source's summaries (FRANK has 4-5 an article) go to one replica and its questions
-    are asked once; at twice `chunk_size` it closes regardless, which bounds memory.
+    are asked once; at twice `chunk_size` it closes regardless, which bounds memory. Ids are
+    checked for repeats here, in read order, as a local run does (rows already scored too);
+    the last chunk carries the count.
+
+    Args:
+        settings: the run.
+        files: file names as records carry them (the folder's).
+        ledger: what is done (a snapshot taken when the run starts).
     """
     chunk = Chunk()
     ids = [SCORERS[name] for name in settings.scorers]
+    reader = RowReader(settings.mapping)
+    repeats = RepeatedIds()
     last: str | None = None
     errors: list[str] = []
     for row in file_rows(settings.data, limit=settings.limit, on_file_error=errors.append):
-        chunk.file_errors.extend(errors)
+        notes = chunk.notes
+        notes.file_errors.extend(errors)
         errors.clear()
+        ident = reader.id(row)[0]
+        if repeats.check(ident, files[row.file], row.number):
+            named = len(repeats.repeated)
+            if named <= IDS_NAMED:
+                label = f"row {row.number}"
+                label = f"{files[row.file]} {label}" if len(files) > 1 else label
+                notes.notices.append(
+                    f"{label}: id {json.dumps(ident, ensure_ascii=False)} "
+                    "repeats an earlier row's id (both are scored)"
+                )
+            elif named == IDS_NAMED + 1:
+                notes.notices.append("further repeated ids are only counted in summary.json")
         done = {(row.file, row.number, i) for i in ids if ledger.done(row.file, row.number, i)}
         if len(done) == len(ids):
-            chunk.skipped += 1
-            if chunk.skipped >= SKIPPED_PER_CHUNK and not chunk.rows:
+            notes.skipped += 1
+            if notes.skipped >= SKIPPED_PER_CHUNK and not chunk.rows:
                 yield chunk
                 chunk = Chunk()
             continue
@@ -105,9 +138,9 @@ def read_chunks(settings: RunSettings, ledger: Ledger) -> Iterator[Chunk]:
         chunk.rows.append(row)
         chunk.done |= done
         last = key if key is not None else last
-    chunk.file_errors.extend(errors)
-    if chunk.rows or chunk.skipped or chunk.file_errors:
-        yield chunk
+    chunk.notes.file_errors.extend(errors)
+    chunk.notes.repeats = repeats
+    yield chunk
 
 
 @dataclass
@@ -116,8 +149,7 @@ class Scored:
 
     records: list[Record]
     rows: int
-    skipped: int
-    file_errors: list[str]
+    notes: ReadNotes
     output_tokens: int
     engine: str
 
@@ -160,8 +192,7 @@ class Replica:
             scored = Scored(
                 records=records,
                 rows=len(chunk.rows),
-                skipped=chunk.skipped,
-                file_errors=chunk.file_errors,
+                notes=chunk.notes,
                 output_tokens=self.output_tokens - before,
                 engine=self.name,
             )
@@ -204,10 +235,10 @@ class Replica:
 
 
 def _read(
-    batch: dict[str, Any], settings: RunSettings, ledger: Ledger
+    batch: dict[str, Any], settings: RunSettings, files: list[str], ledger: Ledger
 ) -> Iterator[dict[str, list[bytes]]]:
     """The read task: one input item in, the run's chunks out, one batch each (streamed)."""
-    for chunk in read_chunks(settings, ledger):
+    for chunk in read_chunks(settings, files, ledger):
         yield {"chunk": [pickle.dumps(chunk)]}
 
 
@@ -236,6 +267,7 @@ def run_ray(
     gpus_per_replica: int | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     on_error: Callable[[str], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Score what `sweep` still lacks on a Ray cluster; write `summary.json` as `Sweep.run` does.
 
@@ -251,7 +283,9 @@ def run_ray(
             `tensor_parallel_size` (else 1) where the cluster has GPUs, 0 where it has none.
         on_progress: called after each chunk (rows done / total, rows/s, output tokens/s over
             all replicas).
-        on_error: called with each failed record's error message, and each unreadable file.
+        on_error: called with each failed record's error message.
+        on_notice: called with each file that cannot be read (or stops partway) and each id
+            that repeats an earlier row's (named once), as a local run does.
 
     Raises:
         ImportError: Ray is not installed (`pip install "evalgpu[ray]"`).
@@ -289,7 +323,16 @@ def run_ray(
             **options,
         )
     try:
-        return _drive(sweep, sweep.settings, ray, replicas, gpus_per_replica, on_progress, on_error)
+        return _drive(
+            sweep,
+            sweep.settings,
+            ray,
+            replicas,
+            gpus_per_replica,
+            on_progress,
+            on_error,
+            on_notice or (lambda _: None),
+        )
     finally:
         if started:
             ray.shutdown()
@@ -303,9 +346,9 @@ def _drive(
     gpus_per_replica: int | None,
     on_progress: Callable[[Progress], None] | None,
     on_error: Callable[[str], None] | None,
+    notice: Callable[[str], None],
 ) -> Outcome:
     report = on_progress or (lambda _: None)
-    tell = on_error or (lambda _: None)
     cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
     if gpus_per_replica is None:
         gpus_per_replica = _gpus_per_replica(settings.model) if cluster_gpus else 0
@@ -335,38 +378,35 @@ def _drive(
             setattr(context, key, value)
 
     progress = sweep.progress
-    ledger = sweep.aggregator
     names: list[str] = []
     for item in dataset.iter_rows():
         scored: Scored = pickle.loads(item["chunk"])
         names.append(scored.engine)
-        for message in scored.file_errors:
+        notes = scored.notes
+        for message in notes.file_errors:
             sweep.file_errors.append(message)
-            tell(message)
+            notice(message)
+        for message in notes.notices:
+            notice(message)
+        if notes.repeats is not None:
+            sweep.repeats = notes.repeats
         # A (row, scorer) with a success already (a chunk delivered twice) adds nothing.
-        fresh = [r for r in scored.records if not _done(ledger.ledger, r)]
-        sweep.folder.append(fresh)
-        for r in fresh:
-            ledger.add(r)
-            if r["error"] is None:
-                progress.scored += 1
-            else:
-                progress.failed += 1
-                tell(r["error"])
-        progress.rows_run += scored.rows
-        progress.rows_done += scored.rows + scored.skipped
-        progress.resumed += scored.skipped
+        fresh = [r for r in scored.records if not _done(sweep, r)]
+        sweep.add_chunk(scored.rows, fresh, on_error=on_error)
+        progress.rows_done += notes.skipped
+        progress.resumed += notes.skipped
         progress.output_tokens += scored.output_tokens
         report(progress)
     sweep.engine_name = ", ".join(dict.fromkeys(names)) or None
     summary_path = sweep.finish(chunk_size=settings.chunk_size, limit=settings.limit)
-    totals = [ledger.counts(sid) for sid in sweep.ids]
+    totals = [sweep.aggregator.counts(sid) for sid in sweep.ids]
     return Outcome(
         progress=progress,
         total_scored=sum(t[0] for t in totals),
         total_failed=sum(t[1] for t in totals),
         file_errors=sweep.file_errors,
         summary_path=summary_path,
+        repeated_ids=sweep.repeats.count,
     )
 
 
@@ -381,7 +421,11 @@ def _pipeline(
         .map_batches(
             _read,
             batch_size=1,
-            fn_kwargs={"settings": settings, "ledger": sweep.aggregator.ledger},
+            fn_kwargs={
+                "settings": settings,
+                "files": sweep.files,
+                "ledger": sweep.aggregator.ledger,
+            },
             # The files were hashed on this node; the read runs where they are.
             label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
             num_cpus=0,
@@ -399,6 +443,6 @@ def _pipeline(
     )
 
 
-def _done(ledger: Ledger, record: Record) -> bool:
-    file = ledger.file_index(record)
-    return file >= 0 and ledger.done(file, record["row"], record["scorer"])
+def _done(sweep: Sweep, record: Record) -> bool:
+    file = sweep.aggregator.ledger.file_index(record)
+    return file >= 0 and sweep.done(file, record["row"], record["scorer"])

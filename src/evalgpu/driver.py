@@ -1,7 +1,7 @@
 """The driver: rows stream in, a chunk at a time; each chunk goes through one `Runner.run` per
 engine; its records come out as soon as the chunk is scored.
 
-The command line (`evalgpu.sweep`) and Python (`evalgpu.evaluate`, `run_evals`) both score
+The command line (`evalgpu.sweep`) and Python (`evalgpu.evaluation`, `run_evals`) both score
 through a `Driver`. The data flow reads one way:
 
     file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine
@@ -12,9 +12,14 @@ the output folder appends their records):
 
 - `Driver.prepare(row)`: a row with its output made by `target` (when given);
 - `Driver.score_chunk(rows, done)`: score one chunk, return its records, write nothing;
-- `Driver.stream(rows, chunk_size, done)`: both, over a stream of rows, a chunk at a time.
+- `Driver.stream(rows, chunk_size, done)`: both, over a stream of rows, a chunk at a time;
+- on the folder's side (`evalgpu.sweep.Sweep`, over `evalgpu.storage`): `Sweep.done(file,
+  row, scorer)` (already recorded: skip it), `Sweep.add_chunk(rows, records)` (append
+  durably, aggregate, count), `Sweep.finish()` (`summary.json`), and
+  `evalgpu.report.write_report(out)` (the table and `report.html`).
 
-A record is one `results.jsonl` line (`make_record`), the same dict for every entry point.
+A record is one `results.jsonl` line (`results.make_record`), the same dict for every entry
+point.
 """
 
 from __future__ import annotations
@@ -24,32 +29,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from evalgpu.data import RowError
-from evalgpu.results import ErrorKind, InputError, ScoreResult, Steps
+from evalgpu.results import ErrorKind, InputError, Record, ScoreResult, Steps, make_record
 from evalgpu.rows import Row, RowReader
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.storage import Record
 
-__all__ = ["Done", "Driver", "make_record"]
+__all__ = ["Done", "Driver", "make_record"]  # make_record: from results, kept here too
 
 Done = Callable[[int, int, str], bool]
 """`(file, row, scorer_id) -> bool`: True when that outcome is already recorded (resume)."""
-
-
-def make_record(base: dict[str, Any], result: ScoreResult) -> Record:
-    """One `results.jsonl` record: where it comes from, then the result with reference names."""
-    return {
-        **base,
-        "score": result.score,
-        "reason": result.reason,
-        "axes": result.axes,
-        "preprocessStepResult": result.preprocess_step_result,
-        "analyzeStepResult": result.analyze_step_result,
-        "usage": result.usage.model_dump(),
-        "error": result.error,
-        "errorKind": result.error_kind,
-        "version": result.version,
-    }
 
 
 class Driver:

@@ -1,4 +1,4 @@
-"""Run shapes (DESIGN.md §1): pure helpers that both scorers share.
+"""Run shapes (docs/SEMANTICS.md §1.1): pure helpers that both scorers share.
 
 A run is either agent-shaped (`input` is a dict with an `inputMessages` list, `output` a list
 of message dicts with a `role`) or plain (`input` and `output` are strings).

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgpu.storage import SCORED, Ledger, failure_state, scan_results
+from evalgpu.storage import SCORED, Ledger, config_scale, failure_state, scan_results
 
 __all__ = [
     "Aggregator",
@@ -223,7 +223,7 @@ def load_results(out: Path) -> tuple[dict[str, Any], Aggregator, int]:
         raise FileNotFoundError(f"{out} is not an evalgpu output folder (no config.json)")
     config = json.loads(config_path.read_text(encoding="utf-8"))
     aggregator = Aggregator(
-        config["scorer_ids"], [d["path"] for d in config["data"]], config["options"]["scale"]
+        config["scorer_ids"], [d["path"] for d in config["data"]], config_scale(config)
     )
     _, bad = scan_results(out / "results.jsonl", aggregator.add)
     return config, aggregator, bad

@@ -77,10 +77,11 @@ def html_report(
 ) -> str:
     """A static page (inline SVG, no script, no network): histograms, scatter, lowest rows."""
     e = html.escape
+    data = ", ".join(d["path"] or "(rows from Python)" for d in config["data"])
     body = [
         "<h1>evalgpu report</h1>",
         f"<p>Model {e(str(config.get('model') or 'default'))}, backend "
-        f"{e(str(config.get('backend')))}; data {e(', '.join(d['path'] for d in config['data']))}; "
+        f"{e(str(config.get('backend')))}; data {e(data)}; "
         f"config {e(config.get('hash', '')[:12])}.</p>",
         f"<pre>{e(format_report(summary, several_files).split(chr(10) + chr(10))[0])}</pre>",
     ]

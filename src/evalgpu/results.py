@@ -13,10 +13,12 @@ __all__ = [
     "ERROR_KINDS",
     "ErrorKind",
     "InputError",
+    "Record",
     "ScoreResult",
     "Steps",
     "TooLongError",
     "Usage",
+    "make_record",
 ]
 
 RESULT_VERSION = 1
@@ -112,3 +114,24 @@ class ScoreResult(BaseModel):
 Steps = Generator[list[JudgeRequest], list[BaseModel], ScoreResult]
 """A row's pipeline: yields the judge requests it needs next, is sent their parsed replies in
 the same order, and returns its `ScoreResult`. Scorers write them; the runner drives them."""
+
+
+Record = dict[str, Any]
+"""One `results.jsonl` line: where it comes from (`file`, `row`, `id`, `scorer`), then the
+result with the reference names (`make_record`). Every entry point writes and yields these."""
+
+
+def make_record(base: dict[str, Any], result: ScoreResult) -> Record:
+    """One `results.jsonl` record: where it comes from, then the result with reference names."""
+    return {
+        **base,
+        "score": result.score,
+        "reason": result.reason,
+        "axes": result.axes,
+        "preprocessStepResult": result.preprocess_step_result,
+        "analyzeStepResult": result.analyze_step_result,
+        "usage": result.usage.model_dump(),
+        "error": result.error,
+        "errorKind": result.error_kind,
+        "version": result.version,
+    }

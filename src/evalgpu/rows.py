@@ -12,7 +12,7 @@ column or a null value)`); the runner adds the row's label. Mapping, kept explic
 - context recall: `steps(input=question, output=output, ground_truth, context=context)`; a row
   without `context` uses the scorer's own context option when it has one, else (agent-shaped
   rows) its finished tool calls' results as the passages. No (or a blank) ground truth is
-  scored 0 without a model call (DESIGN §1), not an error.
+  scored 0 without a model call (docs/SEMANTICS.md §1.3), not an error.
 
 The scorers' texts (source, summary) are worked out once, in the scorer's steps; nothing here
 repeats that (the context-length check reads them back from the requests: `evalgpu.fit`).
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalgpu.data import RowError, read_rows
+from evalgpu.data import RowError, read_rows, replace_surrogates
 from evalgpu.messages import extract_tool_results, is_agent_run
 from evalgpu.results import InputError, Steps
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["FIELDS", "Row", "RowReader", "file_rows", "python_rows", "row_id"]
+__all__ = ["FIELDS", "RepeatedIds", "Row", "RowReader", "file_rows", "python_rows", "row_id"]
 
 FIELDS = ("id", "input", "output", "source", "summary", "ground_truth", "context")
 """Row fields; `--map FIELD=COLUMN` reads a field from another column."""
@@ -57,8 +57,9 @@ def file_rows(
 ) -> Iterator[Row]:
     """The rows of every file in order, up to `limit` in all, read one at a time.
 
-    A file that cannot be read at all is reported to `on_file_error` (the message names it)
-    and skipped; a row that cannot be read is a `Row` holding a `RowError`.
+    A file that cannot be read, or stops partway, is reported to `on_file_error` (the message
+    names it, whatever the reader raised) and the next file is read; a row that cannot be read
+    is a `Row` holding a `RowError`.
     """
     n = 0
     for index, path in enumerate(paths):
@@ -68,8 +69,13 @@ def file_rows(
                     return
                 n += 1
                 yield Row(index, number, record)
-        except (OSError, ValueError) as exc:
-            on_file_error(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+        except Exception as exc:
+            # OSError and ValueError say what is wrong; anything else is named by its type.
+            text = str(exc)
+            if not isinstance(exc, (OSError, ValueError)):
+                text = f"cannot be read ({type(exc).__name__}: {text})"
+            text = replace_surrogates(text)
+            on_file_error(text if str(path) in text else f"{path}: {text}")
 
 
 def python_rows(items: Iterable[Any]) -> Iterator[Row]:
@@ -150,7 +156,7 @@ class RowReader:
             truth = record.get("groundTruth")
         context = self._get(record, "context")
         if truth is None or (isinstance(truth, str) and not truth.strip()):
-            # Normative (DESIGN §1): no ground truth scores 0 without a model call.
+            # Normative (docs/SEMANTICS.md §1.3): no ground truth scores 0 without a model call.
             return scorer.steps(input_, output, truth)
         if context is None and "context" in scorer.fallbacks:
             return scorer.steps(input_, output, truth)  # the scorer's own context option
@@ -186,11 +192,20 @@ class RowReader:
 
 
 def row_id(record: dict[str, Any] | RowError, column: str) -> tuple[str | None, str | None]:
-    """The row's id (from `column`) as a string or None, and an error when of a wrong type."""
+    """The row's id (from `column`) as a string or None, and an error when of a wrong type.
+
+    A row that could not be read has its reader's error, and its id when the row was parsed
+    (lone surrogates in the id replaced, so that it can be written).
+    """
     if isinstance(record, RowError):
-        return None, record.message
+        ident = None
+        if record.record is not None:
+            ident, _ = row_id(record.record, column)
+        return ident, record.message
     ident = record.get(column)
-    if ident is None or isinstance(ident, str):
+    if isinstance(ident, str):
+        return replace_surrogates(ident), None
+    if ident is None:
         return ident, None
     if isinstance(ident, int) and not isinstance(ident, bool):
         return str(ident), None
@@ -211,3 +226,42 @@ def _kind(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+class RepeatedIds:
+    """Spots rows whose id an earlier row of the run already had (in any of its files).
+
+    Memory: a set of every distinct id string seen (about 60 bytes plus the id's length each;
+    some 10 MB per 100K rows), so that repeats are found exactly in one pass; rows without an
+    id are not tracked. Repeated rows are still scored: they are the user's rows.
+
+    Args:
+        examples: repeats kept (with where they are) for `summary.json`.
+    """
+
+    def __init__(self, examples: int = 10) -> None:
+        self.seen: set[str] = set()
+        self.repeated: set[str] = set()
+        self.count = 0
+        """Rows whose id was seen before (a row repeating an id twice counts twice)."""
+        self.examples: list[dict[str, Any]] = []
+        self.limit = examples
+
+    def check(self, ident: str | None, file: str, row: int) -> bool:
+        """Note the row's id; True the first time an id repeats (the time to name it)."""
+        if ident is None:
+            return False
+        if ident not in self.seen:
+            self.seen.add(ident)
+            return False
+        self.count += 1
+        if ident in self.repeated:
+            return False
+        self.repeated.add(ident)
+        if len(self.examples) < self.limit:
+            self.examples.append({"id": ident, "file": file, "row": row})
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        """`{"count": rows repeating an id, "ids": distinct ids repeated, "examples": [...]}`."""
+        return {"count": self.count, "ids": len(self.repeated), "examples": list(self.examples)}

@@ -9,8 +9,9 @@ whose steps raise, gets a result with `error` set; the other rows go on.
 
 Replies are cached per engine, not per runner (`reply_cache`): every `Runner` of one engine,
 whoever built it (`scorer.run`, `run_batch`, `run_evals`, a sweep), asks a repeated question
-once. Before a wave is sent, each request is checked against the judge model's context
-(`evalgpu.fit`); a request that cannot fit fails its row without reaching the engine.
+once. Before a wave is sent, each request is checked: a prompt holding a lone surrogate, or
+one that cannot fit the judge model's context (`evalgpu.fit`), fails its row without reaching
+the engine, so that it cannot fail the other rows of the wave.
 """
 
 from __future__ import annotations
@@ -168,7 +169,6 @@ class Runner:
         try:
             if replies is None:
                 state.pending = next(state.steps)
-                self._check_fit(state)
             else:
                 parsed: list[BaseModel] = []
                 for request, (reply, calls) in zip(state.pending, replies, strict=True):
@@ -182,7 +182,7 @@ class Runner:
                     assert reply.parsed is not None  # no error: checked in _call
                     parsed.append(reply.parsed)
                 state.pending = state.steps.send(parsed)
-                self._check_fit(state)
+            self._check_sendable(state)
             return True
         except StopIteration as done:
             result: ScoreResult = done.value
@@ -196,8 +196,13 @@ class Runner:
             # steps are built (a structure nested too deeply): the row, not the engine, is why.
             return self._fail(state, f"{type(exc).__name__}: {exc}", results, "input")
 
-    def _check_fit(self, state: _Row) -> None:
+    def _check_sendable(self, state: _Row) -> None:
+        """Fail the row (InputError) when a pending request cannot be sent: its prompt holds a
+        lone surrogate, or it does not fit the judge's context (`ContextFit`)."""
         try:
+            problem = _unsendable(state.pending)
+            if problem is not None:
+                raise InputError(problem)
             for request in state.pending:
                 self.fit.check(request)
         except InputError:
@@ -304,6 +309,24 @@ class Runner:
                 reply.error = "engine returned no reply parsed against the schema"
                 reply.error_kind = "invalid_reply"
         return replies
+
+
+def _unsendable(requests: list[JudgeRequest]) -> str | None:
+    """Why these requests cannot go to an engine, or None: a prompt holding a lone surrogate
+    (a str that is not text) would make the tokenizer raise, failing every row of the wave."""
+    for request in requests:
+        for message in request.messages:
+            content = message["content"]
+            if content.isascii():
+                continue
+            try:
+                content.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                char = f"\\u{ord(content[exc.start]):04x}"
+                return (
+                    f"{request.tag}: the prompt holds a lone surrogate ({char}), which is not text"
+                )
+    return None
 
 
 def _free(reply: JudgeReply) -> JudgeReply:

@@ -2,7 +2,7 @@
 
 `RunSettings` is built from the command line's flags (or from Python) and validated at
 construction; `folder_config` is the one shape of an output folder's `config.json`, which the
-command line builds from its settings and `evalgpu.evaluate` from scorer objects.
+command line builds from its settings and `evalgpu.evaluation` from scorer objects.
 """
 
 from __future__ import annotations

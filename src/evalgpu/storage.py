@@ -24,25 +24,25 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from evalgpu.results import ERROR_KINDS
+from evalgpu.data import replace_surrogates
+from evalgpu.results import ERROR_KINDS, Record
 
 __all__ = [
     "CONFIG_VERSION",
     "ConfigError",
     "Ledger",
     "OutputFolder",
+    "Record",
     "append_records",
     "check_out",
     "config_hash",
+    "config_scale",
     "failure_state",
     "scan_results",
     "write_atomic",
 ]
 
 CONFIG_VERSION = 1
-
-Record = dict[str, Any]
-"""One `results.jsonl` line: where it comes from (file, row, id, scorer), then the result."""
 
 
 class ConfigError(ValueError):
@@ -54,6 +54,12 @@ def config_hash(config: dict[str, Any]) -> str:
     keyed = {k: v for k, v in config.items() if k != "hash"}
     keyed["data"] = [{k: v for k, v in d.items() if k != "path"} for d in config["data"]]
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_scale(config: dict[str, Any]) -> float:
+    """The scores' range for histograms: the scale, or the largest of per-scorer scales."""
+    scale = config["options"]["scale"]
+    return max(scale.values()) if isinstance(scale, dict) else float(scale)
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -97,10 +103,23 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def append_records(f: Any, records: Iterable[Record]) -> None:
-    """Append `records` to the open `results.jsonl` file `f`, flushed and fsync'ed."""
-    f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    """Append `records` to the open `results.jsonl` file `f`, flushed and fsync'ed.
+
+    Lone surrogates (in a judge's text, an exception's message) become U+FFFD, in the line and
+    in the record itself (so that what is echoed afterwards can be written too).
+    """
+    f.write("".join(_json_line(r) for r in records))
     f.flush()
     os.fsync(f.fileno())
+
+
+def _json_line(record: Record) -> str:
+    line = json.dumps(record, ensure_ascii=False)
+    clean = replace_surrogates(line)
+    if clean != line:
+        record.clear()
+        record.update(json.loads(clean))
+    return clean + "\n"
 
 
 def scan_results(path: Path, on_record: Callable[[Record], None]) -> tuple[int, int]:
@@ -291,7 +310,8 @@ class OutputFolder:
     def write_summary(self, summary: dict[str, Any]) -> Path:
         """Write `summary.json` atomically; returns its path."""
         path = self.path / "summary.json"
-        write_atomic(path, json.dumps(summary, indent=2) + "\n")
+        text = json.dumps(summary, indent=2, ensure_ascii=False)
+        write_atomic(path, replace_surrogates(text) + "\n")
         return path
 
     def close(self) -> None:

@@ -8,12 +8,13 @@ again with the same folder and configuration scores only what has no successful 
 a `kill -9`, at most the chunk in flight is lost.
 
 The command line opens a sweep from its `RunSettings` (`open_sweep`) and calls `run`;
-`evalgpu.evaluate` opens one with a configuration built from scorer objects and calls `stream`
+`evalgpu.evaluation` opens one with a configuration built from scorer objects and calls `stream`
 and `finish`.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +25,17 @@ from evalgpu.data import FileInfo, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.engines.base import Engine
 from evalgpu.report import Aggregator
-from evalgpu.rows import Row, file_rows
+from evalgpu.results import Record
+from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
 from evalgpu.runner import WaveStats
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.settings import RunSettings
-from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, Record
+from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, config_scale
 
-__all__ = ["ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
+__all__ = ["IDS_NAMED", "ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
+
+IDS_NAMED = 20
+"""Repeated ids named through `on_notice`; the rest are counted in summary.json only."""
 
 
 @dataclass
@@ -65,18 +70,21 @@ class Outcome:
     total_failed: int
     file_errors: list[str]
     summary_path: Path
+    repeated_ids: int = 0
+    """Rows whose id an earlier row of the data already had (they were scored too)."""
 
 
 class Sweep:
     """An output folder opened for a run: locked, resumed, and its records aggregated.
 
-    Use it as a context manager (it holds the folder's lock). `stream` scores rows into it,
-    `finish` writes `summary.json`.
+    Use it as a context manager (it holds the folder's lock). `stream` scores rows into it (or
+    `add_chunk` takes chunks scored elsewhere, skipping what `done` says), and `finish` writes
+    `summary.json`.
 
     Args:
         out: the output folder (created; an existing one is resumed).
         config: the run's configuration with its hash (`RunSettings.config`, or
-            `evalgpu.evaluate`'s).
+            `evalgpu.evaluation`'s).
         rows_total: the number of rows, when known (progress).
         option: how the folder was named to the user, for messages ("--out" or "out").
         settings: the command line's settings (`run` needs them).
@@ -104,15 +112,16 @@ class Sweep:
             self.ids: list[str] = self.config["scorer_ids"]
             # The folder's own paths: the records already written name their files by them.
             self.files: list[str] = [d["path"] for d in self.config["data"]]
-            scale = self.config["options"]["scale"]
-            scale = max(scale.values()) if isinstance(scale, dict) else float(scale)
-            self.aggregator = Aggregator(self.ids, self.files, scale)
+            self.aggregator = Aggregator(self.ids, self.files, config_scale(self.config))
             self.bad_lines = self.folder.resume(self.aggregator.add)
         except BaseException:
             self.folder.close()
             raise
         self.progress = Progress(rows_total=rows_total)
         self.file_errors: list[str] = []
+        """Files that could not be read (or stopped partway), one message each."""
+        self.repeats = RepeatedIds()
+        """Rows repeating an earlier row's id (counted in summary.json)."""
         self.engine_name: str | None = None
 
     def close(self) -> None:
@@ -135,6 +144,7 @@ class Sweep:
         target: Callable[[Any], Any] | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         on_error: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
     ) -> Iterator[list[Record]]:
         """Score what is not done yet; yield each chunk's records once they are on disk.
 
@@ -146,12 +156,13 @@ class Sweep:
             target: makes a row's output when it has none (see `Driver`).
             on_progress: called after each engine wave and each chunk.
             on_error: called with each failed record's error message, as it happens.
+            on_notice: called with each id that repeats an earlier row's, named once (the
+                first `IDS_NAMED`; all are counted in summary.json).
         """
         if [s.id for s in scorers] != self.ids:
             raise ValueError(f"scorers must be {self.ids}, got {[s.id for s in scorers]}")
         progress = self.progress
         report = on_progress or (lambda _: None)
-        tell = on_error or (lambda _: None)
 
         def wave(stats: WaveStats) -> None:
             progress.output_tokens += stats.output_tokens
@@ -174,21 +185,71 @@ class Sweep:
             dict.fromkeys(getattr(s.engine, "name", type(s.engine).__name__) for s in scorers)
         )
         for chunk, records in driver.stream(
-            rows, chunk_size=chunk_size, done=self.aggregator.done, on_skip=skipped
+            self._note_ids(rows, driver, RowReader(mapping), on_notice),
+            chunk_size=chunk_size,
+            done=self.done,
+            on_skip=skipped,
         ):
-            self.folder.append(records)
-            progress.rows_run += len(chunk)
-            progress.rows_done += len(chunk)
-            for r in records:
-                self.aggregator.add(r)
-                if r["error"] is None:
-                    progress.scored += 1
-                else:
-                    progress.failed += 1
-                    tell(r["error"])
+            self.add_chunk(len(chunk), records, on_error=on_error)
             report(progress)
             yield records
         report(progress)
+
+    def _note_ids(
+        self,
+        rows: Iterable[Row],
+        driver: Driver,
+        reader: RowReader,
+        on_notice: Callable[[str], None] | None,
+    ) -> Iterator[Row]:
+        """`rows`, each id noted on the way (every row, also those a previous run scored)."""
+        tell = on_notice or (lambda _: None)
+        for row in rows:
+            ident = reader.id(row)[0]
+            if self.repeats.check(ident, self.files[row.file], row.number):
+                named = len(self.repeats.repeated)
+                if named <= IDS_NAMED:
+                    tell(
+                        f"{driver.label(row, None)}: id {json.dumps(ident, ensure_ascii=False)} "
+                        "repeats an earlier row's id (both are scored)"
+                    )
+                elif named == IDS_NAMED + 1:
+                    tell("further repeated ids are only counted in summary.json")
+            yield row
+
+    def done(self, file: int, row: int, scorer: str) -> bool:
+        """True when (file, row, scorer) has a successful record in the folder (resume)."""
+        return self.aggregator.done(file, row, scorer)
+
+    def add_chunk(
+        self,
+        rows: int,
+        records: list[Record],
+        *,
+        on_error: Callable[[str], None] | None = None,
+    ) -> None:
+        """Append one scored chunk's records durably, then count them (aggregates, progress).
+
+        `stream` calls it for every chunk; a driver that scores chunks elsewhere (Ray actors
+        running `Driver.score_chunk`) calls it with each chunk's records as they come back.
+
+        Args:
+            rows: the rows the chunk held.
+            records: their records (`Driver.score_chunk`).
+            on_error: called with each failed record's error message.
+        """
+        self.folder.append(records)
+        progress = self.progress
+        progress.rows_run += rows
+        progress.rows_done += rows
+        for r in records:
+            self.aggregator.add(r)
+            if r["error"] is None:
+                progress.scored += 1
+            else:
+                progress.failed += 1
+                if on_error is not None:
+                    on_error(r["error"])
 
     def finish(self, *, chunk_size: int | None = None, limit: int | None = None) -> Path:
         """Write `summary.json` (aggregates of every record in the folder, and this run)."""
@@ -203,6 +264,8 @@ class Sweep:
             "options": self.config["options"],
             "map": self.config["map"],
             "data": self.files,
+            "file_errors": {"count": len(self.file_errors), "messages": list(self.file_errors)},
+            "duplicate_ids": self.repeats.summary(),
             **self.aggregator.summary(),
             "run": {
                 "wall_s": round(wall, 3),
@@ -222,19 +285,22 @@ class Sweep:
         *,
         on_progress: Callable[[Progress], None] | None = None,
         on_error: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
     ) -> Outcome:
         """Score the settings' files on `engine`; write `summary.json` (the command line).
 
         Args:
             engine: the judge (one per process; its reply cache spans the whole run).
             on_progress: called after each engine wave and each chunk.
-            on_error: called with each failed record's error message (and each file that
-                cannot be read), as it happens.
+            on_error: called with each failed record's error message, as it happens.
+            on_notice: called with what is not a row's error but must not go unsaid, as it
+                happens: each file that cannot be read (or stops partway), and each id that
+                repeats, named once (the first `IDS_NAMED`; all are counted in summary.json).
         """
         s = self.settings
         if s is None:
             raise ValueError("Sweep.run needs the settings it was opened with (open_sweep)")
-        tell = on_error or (lambda _: None)
+        tell = on_notice or (lambda _: None)
 
         def file_error(message: str) -> None:
             self.file_errors.append(message)
@@ -248,6 +314,7 @@ class Sweep:
             chunk_size=s.chunk_size,
             on_progress=on_progress,
             on_error=on_error,
+            on_notice=on_notice,
         ):
             pass
         summary_path = self.finish(chunk_size=s.chunk_size, limit=s.limit)
@@ -258,6 +325,7 @@ class Sweep:
             total_failed=sum(t[1] for t in totals),
             file_errors=self.file_errors,
             summary_path=summary_path,
+            repeated_ids=self.repeats.count,
         )
 
 

@@ -1,8 +1,8 @@
 """Verdict schemas: one bounded pydantic model per judge step.
 
 The same class is the constrained-decoding schema and the parser of the reply. Field names are
-a contract (DESIGN.md §1). Every list has `maxItems` and every string a `maxLength`, so that a
-reply that follows the schema always fits the step's `max_tokens` (DESIGN.md §3): a small judge
+a contract (docs/SEMANTICS.md §1). Each list has `maxItems` and each string a `maxLength`, so that a
+reply that follows the schema always fits its `max_tokens` (docs/SEMANTICS.md §3): a small judge
 model left unbounded rambles in free-text fields until it is cut.
 
 Inside a verdict, `reason` comes before the boolean on purpose: the judge writes its evidence

@@ -1,4 +1,4 @@
-"""The engine contract (DESIGN.md §2): every engine in conftest.ENGINES must pass these.
+"""The engine contract (docs/SEMANTICS.md §2): every engine in conftest.ENGINES must pass these.
 
 One wave mixes two schemas (and two budgets), interleaved, so that an engine that batches by
 schema must still put each reply back in its request's place.

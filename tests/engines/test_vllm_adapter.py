@@ -252,7 +252,7 @@ def test_engine_options_reach_llm(fake_vllm):
 
 
 def test_it_offers_the_context_length_check(fake_vllm):
-    # rows.ContextCheck names a too-long field when an engine has these two.
+    # fit.ContextFit (in the runner) names a too-long field when an engine has these two.
     engine = VLLMEngine("/models/judge", max_model_len=2048)
     assert engine.max_model_len == 2048  # read back from vLLM's model config
     assert engine.count_tokens("three short words") == 3  # the fake tokenizer splits words

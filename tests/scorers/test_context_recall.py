@@ -1,4 +1,4 @@
-"""The context recall scorer against DESIGN.md §1, driven by the scripted engine."""
+"""The context recall scorer against docs/SEMANTICS.md §1.3, driven by the scripted engine."""
 
 import re
 

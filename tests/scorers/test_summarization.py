@@ -1,4 +1,4 @@
-"""The summarization scorer against DESIGN.md §1, driven by the scripted engine."""
+"""The summarization scorer against docs/SEMANTICS.md §1.2, driven by the scripted engine."""
 
 import json
 import os

@@ -1,6 +1,6 @@
 """The engine contract: what a scorer asks of a judge model, and what it gets back.
 
-Names here are a contract (DESIGN.md §2). A scorer builds `JudgeRequest`s; the runner hands a
+Names are a contract (docs/SEMANTICS.md §2). A scorer builds `JudgeRequest`s; the runner hands a
 wave of them to `Engine.generate` in one call and reads back one `JudgeReply` per request, in
 order. Anything with a `name` and that `generate` method is an engine: tests and users may
 bring their own.
@@ -56,7 +56,8 @@ class JudgeReply:
     error_kind: ErrorKind | None = None
     """Why `error` is set, when the engine knows: "too_long" (the prompt and reply do not fit
     the model's context), "invalid_reply" (cut, or not valid for the schema), "engine".
-    None with an error: the runner counts it as "engine". (An addition to DESIGN.md §2.)"""
+    None with an error: the runner counts it as "engine". (Added to the contract with a
+    default, so that engines written before it still conform.)"""
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """Context recall scorer: the share of a ground-truth answer's claims attributable to the
 retrieved context.
 
-Read top-down, this is the reference pipeline (spec/context-recall-scorer.md, DESIGN.md §1):
+Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.3):
 prompts, the factory, the two requests, the score and the reason, and `_steps`.
 """
 

@@ -1,7 +1,7 @@
 """Summarization scorer: alignment of the summary's claims with the source, coverage of the
 source's yes-questions answered from the summary alone; the score is the lower of the two.
 
-Read top-down, this is the reference pipeline (spec/summarization-scorer.md, DESIGN.md §1):
+Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.2):
 prompts, the factory, the three requests, the combination and the reason, and `_steps`, which
 runs one summary through them.
 """
@@ -278,8 +278,8 @@ def _steps(
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
     # The summary: the last assistant message with text (plain run: the output string).
-    # Normative (DESIGN §1): a blank summary is a bad summary, scored 0 without a judge call;
-    # only an absent summary, or one of the wrong type, is an input error.
+    # Normative (docs/SEMANTICS.md §1.2): a blank summary is a bad summary, scored 0 without
+    # a judge call; only an absent summary, or one of the wrong type, is an input error.
     if output is None:
         raise InputError("summary: missing (the output is None)")
     if isinstance(output, list):

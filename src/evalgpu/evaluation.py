@@ -1,5 +1,5 @@
 """Scoring datasets from Python: `evaluate` (streaming, resumable) and `run_evals` (the batch
-API of DESIGN.md §1), both on the one `Driver` that the command line uses.
+API of docs/SEMANTICS.md §1.6), both on the one `Driver` that the command line uses.
 
     from evalgpu import evaluate
     run = evaluate("outputs.jsonl", [summarization, recall], map={"summary": "model_output"},
@@ -19,11 +19,11 @@ from typing import Any
 from evalgpu.data import RowError, file_format, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.report import Aggregator
-from evalgpu.results import ScoreResult
+from evalgpu.results import Record, ScoreResult
 from evalgpu.rows import Row, RowReader, file_rows, python_rows
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.settings import SCORERS, folder_config, model_name
-from evalgpu.storage import Record, check_out, scan_results
+from evalgpu.storage import check_out, scan_results
 from evalgpu.sweep import Sweep
 
 __all__ = ["Evaluation", "evaluate", "run_evals"]
@@ -60,7 +60,9 @@ def evaluate(
             is scored). None keeps everything in memory. The configuration names the judge
             by its engine's name and model folder, so the command line continues the folder
             when `--backend` and `--model` name the same (`--backend transformers --model
-            smollm2-135m-instruct`, not `auto`).
+            smollm2-135m-instruct`, not `auto`). Data files are hashed, so a changed file is
+            refused; rows given from Python cannot be, and are matched by position: resume
+            with the same rows in the same order.
         target: makes a row's output from its input when the row has no output column.
         chunk_size: rows per engine batch (and per append to `results.jsonl`).
 
@@ -69,12 +71,14 @@ def evaluate(
         `to_pandas()` / `run()`. Nothing is scored before that.
 
     Raises:
-        ValueError: a bad `map`, `chunk_size`, data file name or `out` (a file), before
-            anything is scored.
+        ValueError: no scorers, a bad `map`, `chunk_size`, data file name or `out` (a file),
+            before anything is scored.
     """
     RowReader(map)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    if not scorers:
+        raise ValueError("scorers must name at least one scorer")
     for scorer in scorers:
         if scorer.id not in SCORERS.values():
             raise ValueError(f"scorers must come from create_*_scorer, got id {scorer.id!r}")
@@ -89,8 +93,8 @@ class Evaluation:
 
     Each record is a dict, the same as a line of `results.jsonl`: `file`, `row`, `id`,
     `scorer`, `score`, `reason`, `axes`, `preprocessStepResult`, `analyzeStepResult`, `usage`,
-    `error`, `version`. Rows already done in `out` are not scored again and not yielded.
-    Stopping early, `close()` it (or use it in a `with` block) to release `out`'s lock.
+    `error`, `errorKind`, `version`. Rows already done in `out` are not scored again and not
+    yielded. Stopping early, `close()` it (or use it in a `with` block) to release `out`'s lock.
     """
 
     def __init__(
@@ -116,6 +120,8 @@ class Evaluation:
         """True once every row has been scored (and `summary.json` written, with `out`)."""
         self.summary: dict[str, Any] | None = None
         """The aggregates (`summary.json`'s `scorers` and `tokens`), once finished."""
+        self.file_errors: list[str] = []
+        """Data files that could not be read (or stopped partway), one message each."""
 
     def __iter__(self) -> Iterator[Record]:
         if self._iter is None:
@@ -179,7 +185,7 @@ class Evaluation:
 
     def _rows(self) -> Iterator[Row]:
         if self._paths is not None:
-            return file_rows(self._paths)
+            return file_rows(self._paths, on_file_error=self.file_errors.append)
         assert not isinstance(self._data, (str, Path))
         return python_rows(self._data)
 
@@ -188,6 +194,7 @@ class Evaluation:
             yield from self._in_memory()
             return
         with Sweep(self._out, self._config(), option="out") as sweep:
+            sweep.file_errors = self.file_errors  # counted in summary.json
             for records in sweep.stream(
                 self._scorers,
                 self._rows(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,13 @@ from evalgpu import (
     create_context_recall_scorer,
     create_summarization_scorer,
     evaluate,
+    run_evals,
 )
 from evalgpu.engines.scripted import ScriptedEngine
 
 COMPANY = "The company was founded in 1995 by John Smith. The company is based in Seattle."
 GOOD = "John Smith founded the company in 1995. The company is based in Seattle."
+SOURCE = COMPANY
 PASSAGES = ["Einstein was born in 1879.", "Einstein developed relativity."]
 
 
@@ -106,6 +109,19 @@ def test_a_bad_row_is_its_own_error_record(engine: ScriptedEngine) -> None:
     assert [r["errorKind"] for r in got] == ["input", "input", None]
 
 
+def test_a_file_that_cannot_be_read_is_named_and_counted(tmp_path: Path) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(rows(1)[0]) + "\n")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"not": "an array"}')
+    scorer = create_summarization_scorer(ScriptedEngine())
+    run = evaluate([broken, good], [scorer], out=tmp_path / "out").run()
+    assert len(run.file_errors) == 1 and str(broken) in run.file_errors[0]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["file_errors"]["count"] == 1
+    assert summary["scorers"]["summarization-scorer"]["scored"] == 1
+
+
 def test_target_makes_outputs_once_per_row(engine: ScriptedEngine) -> None:
     asked: list[str] = []
 
@@ -159,6 +175,26 @@ def test_an_out_folder_of_another_configuration_is_refused(tmp_path: Path) -> No
         evaluate(data, [other], out=tmp_path / "o").run()
 
 
+def test_scorers_with_different_scales_share_a_folder_and_its_report(tmp_path: Path) -> None:
+    from evalgpu.report import write_report
+
+    engine = ScriptedEngine()
+    scorers = [
+        create_summarization_scorer(engine, scale=10.0),
+        create_context_recall_scorer(engine, context=PASSAGES),
+    ]
+    data = [{"source": COMPANY, "summary": GOOD, "ground_truth": "Einstein was born in 1879."}]
+    got = list(evaluate(data, scorers, out=tmp_path / "out"))
+    assert [r["score"] for r in got] == [10.0, 1.0]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["options"]["scale"] == {
+        "summarization-scorer": 10.0,
+        "context-recall-scorer": 1.0,
+    }
+    text, page, _ = write_report(tmp_path / "out")
+    assert "summarization-scorer" in text and page.exists()
+
+
 def test_to_pandas(tmp_path: Path, engine: ScriptedEngine) -> None:
     pytest.importorskip("pandas")
     scorer = create_summarization_scorer(engine)
@@ -171,10 +207,22 @@ def test_to_pandas(tmp_path: Path, engine: ScriptedEngine) -> None:
     assert sorted(whole["row"]) == [1, 2, 3]
 
 
+def test_to_pandas_without_pandas_says_how_to_get_it(
+    engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
+    run = evaluate(rows(1), [create_summarization_scorer(engine)])
+    with pytest.raises(ImportError, match=r"needs pandas, which evalgpu does not install"):
+        run.to_pandas()
+    assert engine.calls == []  # nothing was scored for nothing
+
+
 def test_bad_arguments_fail_before_scoring(engine: ScriptedEngine, tmp_path: Path) -> None:
     scorer = create_summarization_scorer(engine)
     with pytest.raises(ValueError, match="map: unknown field 'answer'"):
         evaluate([], [scorer], map={"answer": "x"})
+    with pytest.raises(ValueError, match="scorers must name at least one scorer"):
+        evaluate([], [])
     with pytest.raises(ValueError, match="chunk_size must be >= 1, got 0"):
         evaluate([], [scorer], chunk_size=0)
     with pytest.raises(ValueError, match="data file not found"):
@@ -183,6 +231,72 @@ def test_bad_arguments_fail_before_scoring(engine: ScriptedEngine, tmp_path: Pat
     with pytest.raises(ValueError, match="is a file, not a folder"):
         evaluate([], [scorer], out=tmp_path / "taken")
     assert engine.calls == []
+
+
+# run_evals (docs/SEMANTICS.md §1.6, the batch API), on the same driver
+
+
+def test_run_evals_batches_across_items_and_scorers(engine):
+    summarization = create_summarization_scorer(engine)
+    recall = create_context_recall_scorer(engine, context=["The company is based in Seattle."])
+    data = [
+        {"input": SOURCE, "output": SOURCE, "ground_truth": "The company is based in Seattle."},
+        {"input": SOURCE, "output": "The company is based in Seattle."},
+    ]
+    seen = []
+    out = run_evals(data, [summarization, recall], on_item_complete=seen.append)
+    assert len(engine.calls) == 2  # (alignment, questions, claims) then (coverage, attribution)
+    assert out["summary"] == {"total_items": 2, "failed_items": 0}
+    assert out["scores"]["summarization-scorer"] == pytest.approx((1.0 + 0.5) / 2)
+    assert out["scores"]["context-recall-scorer"] == pytest.approx((1.0 + 0.0) / 2)
+    assert [e["item"] for e in seen] == data
+    assert set(seen[0]["scorer_results"]) == {"summarization-scorer", "context-recall-scorer"}
+
+
+def test_run_evals_uses_target_and_isolates_its_failures(engine):
+    def target(question):
+        if question == "explode":
+            raise ValueError("agent crashed")
+        return SOURCE
+
+    out = run_evals(
+        [{"input": SOURCE}, {"input": "explode"}, {"input": SOURCE, "groundTruth": "x"}],
+        [create_summarization_scorer(engine)],
+        target=target,
+    )
+    items = out["items"]
+    assert items[0]["output"] == SOURCE
+    assert items[0]["scorer_results"]["summarization-scorer"].score == 1.0
+    failed = items[1]["scorer_results"]["summarization-scorer"]
+    assert failed.score is None
+    assert failed.error == "item 2: target raised ValueError: agent crashed"
+    assert out["summary"] == {"total_items": 3, "failed_items": 1}
+    assert out["scores"]["summarization-scorer"] == 1.0
+
+
+def test_run_evals_rejects_items_without_input(engine):
+    out = run_evals([{"output": "x"}], [create_summarization_scorer(engine)])
+    result = out["items"][0]["scorer_results"]["summarization-scorer"]
+    assert result.error == "item 1: an item is a dict with an 'input' key"
+    assert out["scores"] == {"summarization-scorer": None}
+
+
+def test_run_evals_streams_items_in_chunks_with_their_own_context(engine):
+    recall = create_context_recall_scorer(engine, context=["Nothing relevant here."])
+    items = [
+        {"input": "q", "ground_truth": "Einstein was born in 1879.", "context": PASSAGES}
+        if i % 2 == 0
+        else {"input": "q", "ground_truth": "Einstein was born in 1879."}
+        for i in range(300)
+    ]
+    seen = []
+    out = run_evals(items, [recall], on_item_complete=lambda e: seen.append(e["item"]))
+    assert seen == items  # each item once, in order
+    scores = [e["scorer_results"]["context-recall-scorer"].score for e in out["items"]]
+    assert scores[:4] == [1.0, 0.0, 1.0, 0.0]  # an item's own context, else the scorer's
+    # Two chunks (256 + 44 items); the second asks only what the first asked, so the engine's
+    # reply cache answers it: claims, then attribution, are sent once each.
+    assert [len(call) for call in engine.calls] == [1, 2]
 
 
 @pytest.mark.slow

@@ -1,0 +1,57 @@
+"""The dev sets in benchmarks/data/ are the files their README describes, byte for byte.
+
+The README lists one `sha256  name` line per file; a clone whose files differ (a damaged
+download, a line-ending conversion, an edited row) fails here instead of skewing a measurement.
+"""
+
+import hashlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+CHECKSUM = re.compile(r"^([0-9a-f]{64})  (\S+\.jsonl)$", re.MULTILINE)
+DEV_SETS = {"frank_dev.jsonl", "rose_coverage_dev.jsonl", "attribution_dev.jsonl"}
+
+
+def recorded() -> dict[str, str]:
+    text = (DATA / "README.md").read_text(encoding="utf-8")
+    return {name: digest for digest, name in CHECKSUM.findall(text)}
+
+
+def test_the_readme_lists_one_checksum_per_dev_set_and_every_file_is_listed():
+    assert set(recorded()) == DEV_SETS
+    assert {p.name for p in DATA.glob("*.jsonl")} == DEV_SETS
+
+
+def test_every_dev_set_matches_its_recorded_sha256():
+    for name, digest in recorded().items():
+        got = hashlib.sha256((DATA / name).read_bytes()).hexdigest()
+        assert got == digest, f"benchmarks/data/{name}: sha256 {got}, README says {digest}"
+
+
+def script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """A script of scripts/ loaded as a module (under its own name, apart from other tests')."""
+    path = DATA.parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_data_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scripts_default_to_the_dev_sets_of_this_checkout(monkeypatch, tmp_path):
+    monkeypatch.delenv("EVALGPU_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)  # the defaults do not depend on the working folder
+    bench, agreement = script("bench", monkeypatch), script("agreement", monkeypatch)
+    assert bench.DATA == agreement.DATA == DATA / "frank_dev.jsonl"
+    assert script("measure_schemas", monkeypatch).DATA == DATA
+    # Recorded JSON names a file of the checkout relative to it, and any other file as given.
+    assert agreement.rel(agreement.DATA) == bench.rel(DATA / "frank_dev.jsonl")
+    assert agreement.rel(agreement.DATA) == "benchmarks/data/frank_dev.jsonl"
+    assert agreement.rel(tmp_path / "mine.jsonl") == str(tmp_path / "mine.jsonl")
