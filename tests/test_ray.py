@@ -38,14 +38,16 @@ ROOT = TESTS.parent
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[str]:
     """One local cluster for the session; its workers import evalgpu and `cli_engines`."""
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    path = [str(TESTS), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    try:
-        yield str(ray.get_runtime_context().gcs_address)
-    finally:
-        ray.shutdown()
+    with pytest.MonkeyPatch.context() as env:
+        # Workers inherit the environment the cluster starts with.
+        env.setenv("RAY_AUTH_MODE", "disabled")
+        path = [str(TESTS), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+        env.setenv("PYTHONPATH", os.pathsep.join(p for p in path if p))
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        try:
+            yield str(ray.get_runtime_context().gcs_address)
+        finally:
+            ray.shutdown()
 
 
 def source(i: int) -> str:
