@@ -5,12 +5,25 @@ The file's fields say which comparison applies (benchmarks/data/README.md descri
   label_faithful, human_score   (FRANK)   summarization: balanced accuracy of score == scale and
                                           of alignment == 1 against label_faithful, ROC-AUC of the
                                           alignment axis, Spearman of alignment and score with
-                                          human_score
+                                          human_score, and the pair win rate (below)
   human_coverage                (RoSE)    summarization: Spearman and Kendall of the coverage
                                           axis and of the score against human_coverage
   label_attributed, context     (AttributionBench) context recall: balanced accuracy of
                                           score == scale and ROC-AUC of the score against
                                           label_attributed
+
+Soft verdicts: each axis is also reported from its soft twin (`alignment_soft`,
+`coverage_soft`, `recall_soft`: the mean probability of true) and `soft score` is the score
+`verdicts="soft"` gives (summarization: the lower soft axis times the scale); one run gives
+both, the scorers run with hard verdicts. Ranking metrics only (ROC-AUC, Spearman, Kendall,
+pair win): a balanced accuracy needs a threshold that soft values do not come with.
+
+FRANK is sampled in pairs (`--pairs N`, seed 1234): N articles that have both a faithful
+(`label_faithful == 1`) and an unfaithful summary, one of each drawn at random. Sampled by row,
+the shortest rows are biased (prompt length alone separates faithful from unfaithful there), a
+pair holds the article fixed. The pair win rate is the share of pairs whose faithful summary
+scores above the unfaithful one (a tie counts 0.5), with its interval over pairs resampled.
+`--limit` applies to the other files.
 
 Every metric comes with a bootstrap 95 % interval (rows resampled, 1,000 draws, seed 1234).
 Rows whose scoring failed are left out of the metrics and counted by their `error_kind`:
@@ -19,7 +32,7 @@ before generating; a longer-context judge scores it), `invalid` for every other 
 reply that does not match its schema, or is still cut after the retry). `invalid` must be 0:
 the exit status is 1 otherwise.
 
-    .venv/bin/python scripts/agreement.py --limit 40          # benchmarks/data/frank_dev.jsonl
+    .venv/bin/python scripts/agreement.py --pairs 30          # benchmarks/data/frank_dev.jsonl
     .venv/bin/python scripts/agreement.py benchmarks/data/attribution_dev.jsonl --limit 40 \
         --json docs/agreement-attribution.json
 """
@@ -124,6 +137,34 @@ def bootstrap(
     return value, float(lo), float(hi)
 
 
+def pair_win(faithful: Sequence[float], unfaithful: Sequence[float]) -> float:
+    """Share of pairs whose faithful score is higher (a tie counts 0.5)."""
+    f, u = np.asarray(faithful, float), np.asarray(unfaithful, float)
+    if len(f) == 0:
+        return float("nan")
+    return float(((f > u) + 0.5 * (f == u)).mean())
+
+
+def sample_pairs(
+    records: list[dict[str, Any]], n: int | None, seed: int = 1234
+) -> list[dict[str, Any]]:
+    """`n` (None: all) articles with a faithful and an unfaithful summary, one of each.
+
+    Returns the rows as [faithful, unfaithful, faithful, unfaithful, ...]. Articles are taken
+    in a shuffled order of first appearance, and each side drawn at random, both from `seed`.
+    """
+    by_source: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for r in records:
+        by_source.setdefault(r["source"], {0: [], 1: []})[int(r["label_faithful"])].append(r)
+    eligible = [sides for sides in by_source.values() if sides[0] and sides[1]]
+    rng = random.Random(seed)
+    rng.shuffle(eligible)
+    rows: list[dict[str, Any]] = []
+    for sides in eligible[:n]:
+        rows += [rng.choice(sides[1]), rng.choice(sides[0])]
+    return rows
+
+
 # -- scoring -------------------------------------------------------------------------------------
 
 
@@ -161,7 +202,22 @@ def too_long(result: Any) -> bool:
     return result.error is not None and result.error_kind == "too_long"
 
 
-def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
+def soft_score(result: Any, kind: str, scale: float) -> float | None:
+    """The score `verdicts="soft"` gives, from a hard run's soft axes (None without them)."""
+    axes = getattr(result, "axes", None) or {}
+    if kind == "attribution":
+        return axes["recall_soft"] * scale if "recall_soft" in axes else None
+    if "alignment_soft" not in axes:
+        return None
+    return float(min(axes["alignment_soft"], axes["coverage_soft"]) * scale)
+
+
+def axis(result: Any, name: str) -> float | None:
+    value = (getattr(result, "axes", None) or {}).get(name)
+    return None if value is None else float(value)
+
+
+def metrics(records, results, kind: str, scale: float, pairs: bool = False) -> dict[str, Any]:
     ok = [(r, s) for r, s in zip(records, results, strict=True) if s.error is None]
     long = sum(too_long(s) for s in results)
     out: dict[str, Any] = {
@@ -175,6 +231,13 @@ def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
     def report(name: str, metric: Callable[..., float], *cols: Sequence[float]) -> None:
         value, lo, hi = bootstrap(metric, cols)
         out[name] = {"value": value, "ci95": [lo, hi]}
+
+    def value(result: Any, name: str) -> float | None:
+        return soft_score(result, kind, scale) if name == "soft score" else axis(result, name)
+
+    def soft(names: Sequence[str]) -> bool:
+        """Whether every scored row has these soft values (not when the engine gives no p)."""
+        return all(value(s, n) is not None for _, s in ok for n in names)
 
     if kind == "faithfulness":
         labels = [r["label_faithful"] for r, _ in ok]
@@ -191,6 +254,18 @@ def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
         report("roc_auc(alignment)", roc_auc, align, labels)
         report("spearman(alignment, human_score)", spearman, align, human)
         report("spearman(score, human_score)", spearman, [s.score for _, s in ok], human)
+        if soft(["alignment_soft", "soft score"]):
+            align_soft = [value(s, "alignment_soft") for _, s in ok]
+            report("roc_auc(alignment_soft)", roc_auc, align_soft, labels)
+            report("spearman(alignment_soft, human_score)", spearman, align_soft, human)
+            report(
+                "spearman(soft score, human_score)",
+                spearman,
+                [value(s, "soft score") for _, s in ok],
+                human,
+            )
+        if pairs:
+            out.update(pair_metrics(records, results, kind, scale))
     elif kind == "coverage":
         human = [r["human_coverage"] for r, _ in ok]
         coverage = [s.axes["coverage"] for _, s in ok]
@@ -199,6 +274,11 @@ def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
         report("kendall(coverage, human_coverage)", kendall_tau_b, coverage, human)
         report("spearman(score, human_coverage)", spearman, final, human)
         report("kendall(score, human_coverage)", kendall_tau_b, final, human)
+        if soft(["coverage_soft", "soft score"]):
+            for name in ("coverage_soft", "soft score"):
+                column = [value(s, name) for _, s in ok]
+                report(f"spearman({name}, human_coverage)", spearman, column, human)
+                report(f"kendall({name}, human_coverage)", kendall_tau_b, column, human)
     else:
         labels = [r["label_attributed"] for r, _ in ok]
         recall = [s.score for _, s in ok]
@@ -209,6 +289,34 @@ def metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
             labels,
         )
         report("roc_auc(score)", roc_auc, recall, labels)
+        if soft(["soft score"]):
+            report("roc_auc(soft score)", roc_auc, [value(s, "soft score") for _, s in ok], labels)
+    return out
+
+
+def pair_metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
+    """Pair win rates of `sample_pairs` rows ([faithful, unfaithful] * n), over the pairs
+    whose both rows were scored, with a bootstrap interval over pairs."""
+    both = [
+        (results[i], results[i + 1])
+        for i in range(0, len(records) - 1, 2)
+        if results[i].error is None and results[i + 1].error is None
+    ]
+    out: dict[str, Any] = {"pairs": len(records) // 2, "pairs_scored": len(both)}
+    if not both:
+        return out
+    columns = {
+        "alignment": lambda r: axis(r, "alignment"),
+        "alignment_soft": lambda r: axis(r, "alignment_soft"),
+        "score": lambda r: r.score,
+        "soft score": lambda r: soft_score(r, kind, scale),
+    }
+    for name, get in columns.items():
+        faithful, unfaithful = [get(f) for f, _ in both], [get(u) for _, u in both]
+        if any(v is None for v in faithful + unfaithful):
+            continue
+        value, lo, hi = bootstrap(pair_win, [faithful, unfaithful])
+        out[f"pair_win({name})"] = {"value": value, "ci95": [lo, hi]}
     return out
 
 
@@ -229,6 +337,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seed", type=int, default=1234, help="shuffle seed for --limit (-1: file order)"
     )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="FRANK: score N articles, a faithful and an unfaithful summary of each "
+        "(default: every such article; --seed draws them)",
+    )
     parser.add_argument("--model", default=None)
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--max-questions", type=int, default=5)
@@ -238,7 +354,14 @@ def main(argv: list[str] | None = None) -> int:
 
     records = [json.loads(line) for line in args.data.open(encoding="utf-8") if line.strip()]
     kind = kind_of(records[0])
-    if args.limit is not None:
+    pairs = kind == "faithfulness"
+    if pairs:
+        if args.limit is not None:
+            parser.error("FRANK rows are sampled in pairs: use --pairs N, not --limit")
+        records = sample_pairs(records, args.pairs, seed=max(args.seed, 0))
+    elif args.pairs is not None:
+        parser.error("--pairs applies to FRANK (label_faithful) files; use --limit")
+    elif args.limit is not None:
         if args.seed >= 0:
             random.Random(args.seed).shuffle(records)
         records = records[: args.limit]
@@ -246,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     results = score(records, kind, engine, args.scale, args.max_questions)
     seconds = time.perf_counter() - t
-    out = metrics(records, results, kind, args.scale)
+    out = metrics(records, results, kind, args.scale, pairs=pairs)
     out.update(
         {"file": rel(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
     )
@@ -263,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         "| value | 95 % CI |"
     )
     print("|---|---:|---|")
+    if pairs:
+        print(f"| pairs scored | {out.get('pairs_scored', 0)} of {out.get('pairs', 0)} | |")
     for name, m in out.items():
         if isinstance(m, dict) and "value" in m:
             lo, hi = m["ci95"]

@@ -134,9 +134,10 @@ def step_requests(
     return [
         summarization.alignment_request(row["source"], row["summary"]),
         summarization.questions_request(row["source"], max_questions),
-        summarization.coverage_request(row["summary"], ["q"], max_questions),
+        # The largest coverage and attribution schemas: one verdict per question / claim.
+        summarization.coverage_request(row["summary"], ["q"] * max_questions),
         context_recall.claims_request(row["summary"]),
-        context_recall.attribution_request(["p"] * passages, ["c"]),
+        context_recall.attribution_request(["p"] * passages, ["c"] * context_recall.MAX_CLAIMS),
     ]
 
 
@@ -308,10 +309,7 @@ def cmd_replies(args: argparse.Namespace) -> None:
                 for r, q in zip(frank, replies[n:], strict=True)
                 if q.parsed is not None and q.parsed.questions
             ]
-            second = [
-                summarization.coverage_request(r["summary"], qs, args.max_questions)
-                for r, qs in asked
-            ]
+            second = [summarization.coverage_request(r["summary"], qs) for r, qs in asked]
             replies, seconds = run_step(engine, second)
             budget = second[0].max_tokens if second else 0
             lines.append(

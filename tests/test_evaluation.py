@@ -164,6 +164,32 @@ def test_resume_from_python_then_the_command_line_continues(
     assert summary["scorers"]["summarization-scorer"]["scored"] == 6
 
 
+@pytest.mark.parametrize("verdicts", ["hard", "soft"])
+def test_python_and_the_command_line_write_one_configuration(tmp_path: Path, verdicts: str) -> None:
+    from evalgpu.data import inspect_file
+    from evalgpu.settings import RunSettings
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows(1)))
+    engine = ScriptedEngine()
+    scorers = [
+        create_summarization_scorer(engine, max_questions=4, scale=2.0, verdicts=verdicts),
+    ]
+    evaluate(data, scorers, out=tmp_path / "out", map={"summary": "summary"}).run()
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    settings = RunSettings(
+        data=(data,),
+        scorers=("summarization",),
+        out=tmp_path / "out",
+        backend="scripted",
+        max_questions=4,
+        scale=2.0,
+        verdicts=verdicts,
+        mapping={"summary": "summary"},
+    )
+    assert written["hash"] == settings.config([inspect_file(data)])["hash"]
+
+
 def test_an_out_folder_of_another_configuration_is_refused(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows(1)))

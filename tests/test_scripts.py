@@ -106,3 +106,82 @@ def test_bench_dry_run_counts_generate_calls(tmp_path, monkeypatch, capsys):
     assert modes["(a)"]["generate_calls"] == 2
     assert modes["(c)"]["generate_calls"] == 2
     assert modes["(b)"]["generate_calls"] == 3 * 3  # alignment, questions, coverage per row
+
+
+# -- FRANK pairs and soft axes (synthetic rows) ---------------------------------------------
+
+
+def frank_rows() -> list[dict]:
+    """Five articles: three with both labels (one has two faithful summaries), one with only
+    faithful summaries, one with only unfaithful ones."""
+    rows = []
+    for article, labels in enumerate([[1, 0], [1, 1, 0], [0, 1], [1, 1], [0]]):
+        for k, label in enumerate(labels):
+            rows.append(
+                {
+                    "id": f"a{article}-{k}",
+                    "source": f"Article {article}.",
+                    "summary": f"Summary {k} of article {article}.",
+                    "label_faithful": label,
+                    "human_score": float(label),
+                }
+            )
+    return rows
+
+
+def test_pairs_hold_one_faithful_and_one_unfaithful_summary_of_one_article():
+    rows = agreement.sample_pairs(frank_rows(), None)
+    assert len(rows) == 6  # articles 0, 1 and 2; 3 and 4 lack a side
+    for faithful, unfaithful in zip(rows[::2], rows[1::2], strict=True):
+        assert faithful["source"] == unfaithful["source"]
+        assert (faithful["label_faithful"], unfaithful["label_faithful"]) == (1, 0)
+    assert {r["source"] for r in rows} == {"Article 0.", "Article 1.", "Article 2."}
+    assert agreement.sample_pairs(frank_rows(), 2) == rows[:4]  # the same draw, cut
+    assert agreement.sample_pairs(frank_rows(), None) == rows  # seeded: repeatable
+
+
+def test_pair_win_counts_ties_half():
+    assert agreement.pair_win([0.9, 0.5, 0.2, 0.7], [0.1, 0.5, 0.6, 0.7]) == pytest.approx(0.5)
+    assert agreement.pair_win([1.0], [0.0]) == 1.0
+
+
+def test_pair_metrics_use_hard_and_soft_axes_of_pairs_scored_on_both_sides():
+    from types import SimpleNamespace
+
+    def scored(alignment: float, soft: float, error: str | None = None):
+        axes = {"alignment": alignment, "coverage": 1.0}
+        axes |= {"alignment_soft": soft, "coverage_soft": 1.0}
+        return SimpleNamespace(error=error, score=alignment, axes=axes)
+
+    records = [{"label_faithful": i % 2 == 0} for i in range(6)]
+    results = [
+        scored(1.0, 0.9),  # pair 1: hard tie, soft win
+        scored(1.0, 0.6),
+        scored(0.5, 0.3),  # pair 2: hard win, soft loss
+        scored(0.0, 0.8),
+        scored(1.0, 0.9, error="invalid"),  # pair 3: not scored on both sides
+        scored(0.0, 0.1),
+    ]
+    out = agreement.pair_metrics(records, results, "faithfulness", 1.0)
+    assert (out["pairs"], out["pairs_scored"]) == (3, 2)
+    assert out["pair_win(alignment)"]["value"] == pytest.approx(0.75)
+    assert out["pair_win(alignment_soft)"]["value"] == pytest.approx(0.5)
+    assert out["pair_win(soft score)"]["value"] == pytest.approx(0.5)
+    lo, hi = out["pair_win(alignment)"]["ci95"]
+    assert 0.5 <= lo <= 0.75 <= hi <= 1.0
+
+
+def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
+    data = tmp_path / "frank.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in frank_rows()))
+    out = tmp_path / "out.json"
+    assert (
+        agreement.main([str(data), "--backend", "scripted", "--pairs", "3", "--json", str(out)])
+        == 0
+    )
+    result = json.loads(out.read_text())
+    assert (result["rows"], result["pairs"], result["pairs_scored"]) == (6, 3, 3)
+    for name in ("pair_win(alignment)", "pair_win(alignment_soft)", "roc_auc(alignment_soft)"):
+        assert 0.0 <= result[name]["value"] <= 1.0
+    with pytest.raises(SystemExit):
+        agreement.main([str(data), "--backend", "scripted", "--limit", "4"])

@@ -111,6 +111,13 @@ def _parser() -> argparse.ArgumentParser:
         "--scale", type=float, default=1.0, metavar="X", help="scores lie in [0, X] (default: 1)"
     )
     run.add_argument(
+        "--verdicts",
+        choices=("hard", "soft"),
+        default="hard",
+        help="hard: share of true verdicts (the reference); soft: mean probability of true, "
+        "read from the judge's logits (default: hard)",
+    )
+    run.add_argument(
         "--map",
         action="append",
         default=[],
@@ -212,6 +219,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         backend=backend,
         max_questions=args.max_questions,
         scale=args.scale,
+        verdicts=args.verdicts,
         mapping=mapping,
         chunk_size=args.chunk_size,
         limit=args.limit,

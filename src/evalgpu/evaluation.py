@@ -231,11 +231,16 @@ class Evaluation:
             "max_questions": summarization[0].options["max_questions"] if summarization else None,
             "scale": scales[self._scorers[0].id] if len(set(scales.values())) == 1 else scales,
         }
+        modes = {s.options.get("verdicts", "hard") for s in self._scorers}
+        shared = ["max_questions", "scale"]
+        if len(modes) == 1:  # as the command line's --verdicts records it
+            shared.append("verdicts")
+            if modes != {"hard"}:
+                options["verdicts"] = modes.pop()
         # Options the command line has no flag for (static texts, extractors, model-written
         # reasons) change scores too: recorded only where a scorer has them.
         extra = {
-            s.id: {k: v for k, v in s.options.items() if k not in ("max_questions", "scale")}
-            for s in self._scorers
+            s.id: {k: v for k, v in s.options.items() if k not in shared} for s in self._scorers
         }
         extra = {k: v for k, v in extra.items() if v}
         if extra:

@@ -90,7 +90,9 @@ class ScoreResult(BaseModel):
     )
     """Summarization: `{"coverage": [...]}`; context recall: `{"verdicts": [...]}`."""
     axes: dict[str, float] | None = None
-    """Axis scores in [0, 1] where the scorer has them (summarization: alignment, coverage)."""
+    """Axis scores in [0, 1]. Summarization: `alignment`, `coverage`, and their soft twins
+    `alignment_soft`, `coverage_soft` (mean `p` of the verdicts); context recall: `recall` and
+    `recall_soft`. A soft axis is absent when the engine gave no `p`."""
     error: str | None = None
     error_kind: ErrorKind | None = Field(
         default=None,

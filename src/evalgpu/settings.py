@@ -21,6 +21,7 @@ from evalgpu.rows import RowReader
 from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.scorers._scorer import Scorer
 from evalgpu.storage import CONFIG_VERSION, check_out, config_hash
+from evalgpu.verdicts import VerdictMode
 
 __all__ = ["SCORERS", "RunSettings", "folder_config", "model_name"]
 
@@ -40,6 +41,7 @@ class RunSettings:
         backend: "auto", "vllm", "transformers", or "module:factory".
         max_questions: summarization's most coverage questions per source (>= 1).
         scale: both scorers' scale (> 0).
+        verdicts: both scorers' "hard" (the reference) or "soft" verdicts.
         mapping: field -> column, for files whose columns have other names.
         chunk_size: rows scored per engine batch and per append (>= 1).
         limit: read at most this many rows in all (None: all). Rows already scored count.
@@ -52,6 +54,7 @@ class RunSettings:
     backend: str = "auto"
     max_questions: int = 10
     scale: float = 1.0
+    verdicts: VerdictMode = "hard"
     mapping: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int = 256
     limit: int | None = None
@@ -85,6 +88,8 @@ class RunSettings:
             isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0
         ):
             raise ValueError(f"scale must be > 0, got {self.scale!r}")
+        if self.verdicts not in ("hard", "soft"):
+            raise ValueError(f"verdicts must be 'hard' or 'soft', got {self.verdicts!r}")
         if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size!r}")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
@@ -99,6 +104,8 @@ class RunSettings:
             options={
                 "max_questions": self.max_questions if "summarization" in self.scorers else None,
                 "scale": float(self.scale),
+                # Only when not the default, so that folders of earlier runs keep their hash.
+                **({"verdicts": self.verdicts} if self.verdicts != "hard" else {}),
             },
             mapping=self.mapping,
             data=[
@@ -114,14 +121,17 @@ class RunSettings:
             if name == "summarization":
                 scorers.append(
                     create_summarization_scorer(
-                        engine, max_questions=self.max_questions, scale=self.scale
+                        engine,
+                        max_questions=self.max_questions,
+                        scale=self.scale,
+                        verdicts=self.verdicts,
                     )
                 )
             else:
                 # Every row brings its own context: the scorer's static one (which the factory
                 # requires) is never a fallback, so a row without context is named as such.
                 recall = create_context_recall_scorer(
-                    engine, context=["(per row)"], scale=self.scale
+                    engine, context=["(per row)"], scale=self.scale, verdicts=self.verdicts
                 )
                 scorers.append(dataclasses.replace(recall, fallbacks=frozenset()))
         return scorers

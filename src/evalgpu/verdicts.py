@@ -9,17 +9,32 @@ Inside a verdict, `reason` comes before the boolean on purpose: the judge writes
 first and decides after, instead of justifying a coin it has already tossed. JSON objects are
 unordered, so readers of the result see the contract's fields either way.
 
+Every list also has the lower bound its step implies, so that constrained decoding cannot take
+the shortest valid path (`{"alignment": []}`), which a small judge otherwise takes: a non-blank
+summary makes at least one claim, a non-blank source yields at least one question, a non-blank
+ground truth at least one claim; and a reply that judges a given list has exactly one verdict
+per item (`coverage_schema`, `attribution_schema`: one class per count, built once).
+
+Soft verdicts. Each boolean verdict (`supported`, `answered`, `attributed`) carries `p`, the
+judge's probability of `true` at that token, renormalised over `true` and `false`. The judge
+does not write it: `p` is left out of the JSON schema the engine constrains decoding to
+(`SkipJsonSchema`), and a reply text that sets it is refused. The engine sets it after parsing,
+from its own logits (`attach_p`), or leaves it None when it cannot read them.
+
 Bounds and budgets were chosen from measurements on the default model (docs/SCHEMAS.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
 __all__ = [
+    "VERDICT_MODES",
     "Alignment",
     "Attribution",
     "AttributionVerdict",
@@ -29,9 +44,16 @@ __all__ = [
     "CoverageVerdict",
     "Questions",
     "Reason",
+    "SoftVerdictError",
+    "Verdict",
+    "VerdictMode",
+    "attach_p",
     "attribution_schema",
     "budget",
     "coverage_schema",
+    "distinct",
+    "has_soft_verdicts",
+    "mean_p",
     "questions_schema",
 ]
 
@@ -49,14 +71,36 @@ ENUM_PASSAGES = 64
 
 _STRICT = ConfigDict(extra="forbid")
 
+VerdictMode = Literal["hard", "soft"]
+VERDICT_MODES = ("hard", "soft")
+"""How a scorer counts verdicts: "hard", the share of true verdicts (the reference semantics),
+or "soft", the mean probability of true (`Verdict.p`)."""
+
 Text = Annotated[str, Field(min_length=1, max_length=CLAIM_CHARS)]
 ShortReason = Annotated[str, Field(min_length=1, max_length=REASON_CHARS)]
 
 
-class ClaimVerdict(BaseModel):
-    """One claim of the summary, judged against the source."""
+class Verdict(BaseModel):
+    """A verdict with one boolean, and `p`, the engine's probability that the boolean is true."""
 
     model_config = _STRICT
+    p: SkipJsonSchema[float | None] = None
+    """The judge's probability of `true` at the boolean's token, renormalised over `true` and
+    `false`; None when the engine cannot read it. Not in the JSON schema: the judge never
+    writes it, the engine sets it after parsing (`attach_p`)."""
+
+    @field_validator("p", mode="before")
+    @classmethod
+    def _not_from_the_reply(cls, value: Any) -> None:
+        # Validation only ever sees reply text; an engine sets `p` by assignment.
+        if value is not None:
+            raise ValueError("p is read from the judge's logits by the engine, not written in it")
+        return None
+
+
+class ClaimVerdict(Verdict):
+    """One claim of the summary, judged against the source."""
+
     claim: Text
     """An atomic claim the summary makes, in the summary's language."""
     reason: ShortReason
@@ -66,16 +110,15 @@ class ClaimVerdict(BaseModel):
 
 
 class Alignment(BaseModel):
-    """Reply of `summarization.alignment`."""
+    """Reply of `summarization.alignment`: a non-blank summary makes at least one claim."""
 
     model_config = _STRICT
-    alignment: list[ClaimVerdict] = Field(max_length=MAX_CLAIMS)
+    alignment: list[ClaimVerdict] = Field(min_length=1, max_length=MAX_CLAIMS)
 
 
-class CoverageVerdict(BaseModel):
+class CoverageVerdict(Verdict):
     """One question of the source, answered from the summary alone."""
 
-    model_config = _STRICT
     question: Text
     """The question, as asked."""
     reason: ShortReason
@@ -85,30 +128,29 @@ class CoverageVerdict(BaseModel):
 
 
 class Questions(BaseModel):
-    """Reply of `summarization.questions` (its `maxItems` is set per scorer: `questions_schema`)."""
+    """Reply of `summarization.questions` (1 to `max_questions` items: `questions_schema`)."""
 
     model_config = _STRICT
     questions: list[Text]
 
 
 class Coverage(BaseModel):
-    """Reply of `summarization.coverage` (its `maxItems` is set per scorer: `coverage_schema`)."""
+    """Reply of `summarization.coverage` (one verdict per question asked: `coverage_schema`)."""
 
     model_config = _STRICT
     coverage: list[CoverageVerdict]
 
 
 class Claims(BaseModel):
-    """Reply of `context_recall.claims`."""
+    """Reply of `context_recall.claims`: a non-blank ground truth makes at least one claim."""
 
     model_config = _STRICT
-    claims: list[Text] = Field(max_length=MAX_CLAIMS)
+    claims: list[Text] = Field(min_length=1, max_length=MAX_CLAIMS)
 
 
-class AttributionVerdict(BaseModel):
+class AttributionVerdict(Verdict):
     """One ground-truth claim, checked against the numbered context passages."""
 
-    model_config = _STRICT
     claim: Text
     reason: ShortReason
     attributed: bool
@@ -118,7 +160,7 @@ class AttributionVerdict(BaseModel):
 
 
 class Attribution(BaseModel):
-    """Reply of `context_recall.attribution` (bounds per passage count: `attribution_schema`)."""
+    """Reply of `context_recall.attribution` (one verdict per claim: `attribution_schema`)."""
 
     model_config = _STRICT
     verdicts: list[AttributionVerdict]
@@ -133,35 +175,44 @@ class Reason(BaseModel):
 
 @cache
 def questions_schema(max_questions: int) -> type[Questions]:
-    """`Questions` with at most `max_questions` items (one class per bound, built once)."""
+    """`Questions` with 1 to `max_questions` items (one class per bound, built once)."""
+    _check_count("max_questions", max_questions)
     return create_model(
         f"Questions{max_questions}",
         __base__=Questions,
-        questions=(list[Text], Field(min_length=0, max_length=max_questions)),
+        questions=(list[Text], Field(min_length=1, max_length=max_questions)),
     )
 
 
 @cache
-def coverage_schema(max_questions: int) -> type[Coverage]:
-    """`Coverage` with at most `max_questions` verdicts."""
-    return create_model(
-        f"Coverage{max_questions}",
-        __base__=Coverage,
-        coverage=(list[CoverageVerdict], Field(max_length=max_questions)),
-    )
+def coverage_schema(n_questions: int) -> type[Coverage]:
+    """`Coverage` with exactly `n_questions` verdicts, one per question asked.
 
-
-@cache
-def attribution_schema(n_passages: int) -> type[Attribution]:
-    """`Attribution` whose passage numbers can only be 1..n_passages.
-
-    The numbers are an enum (`Literal[1, ..., n]`), not an integer with `minimum`/`maximum`:
-    outlines' JSON-schema compiler, in the transformers engine and in vLLM's outlines backend
-    alike, ignores integer bounds but honours an enum. So a judge cannot cite a passage that
-    does not exist, and nothing has to be dropped after the fact. Past `ENUM_PASSAGES` the
-    enum would slow the compile for no gain; the bound is then checked on validation, and an
-    out-of-range number fails the row with its reason.
+    Built per count (once per count, so at most `max_questions` classes): a reply that skips a
+    question cannot be generated, and a reply of another length does not validate.
     """
+    _check_count("n_questions", n_questions)
+    return create_model(
+        f"Coverage{n_questions}",
+        __base__=Coverage,
+        coverage=(list[CoverageVerdict], Field(min_length=n_questions, max_length=n_questions)),
+    )
+
+
+@cache
+def attribution_schema(n_passages: int, n_claims: int) -> type[Attribution]:
+    """`Attribution` with exactly `n_claims` verdicts, whose passage numbers are 1..n_passages.
+
+    One verdict per claim, as for coverage: one class per (passages, claims) count, built once.
+    The passage numbers are an enum (`Literal[1, ..., n]`), not an integer with
+    `minimum`/`maximum`: outlines' JSON-schema compiler, in the transformers engine and in
+    vLLM's outlines backend alike, ignores integer bounds but honours an enum. So a judge cannot
+    cite a passage that does not exist, and nothing has to be dropped after the fact. Past
+    `ENUM_PASSAGES` the enum would slow the compile for no gain; the bound is then checked on
+    validation, and an out-of-range number fails the row with its reason.
+    """
+    _check_count("n_passages", n_passages)
+    _check_count("n_claims", n_claims)
     passage: Any
     if n_passages <= ENUM_PASSAGES:
         passage = Literal[tuple(range(1, n_passages + 1))]
@@ -173,10 +224,107 @@ def attribution_schema(n_passages: int) -> type[Attribution]:
         passages=(list[passage], Field(max_length=min(n_passages, MAX_PASSAGES_CITED))),
     )
     return create_model(
-        f"Attribution{n_passages}",
+        f"Attribution{n_passages}x{n_claims}",
         __base__=Attribution,
-        verdicts=(list[verdict], Field(max_length=MAX_CLAIMS)),  # type: ignore[valid-type]
+        verdicts=(list[verdict], Field(min_length=n_claims, max_length=n_claims)),  # type: ignore[valid-type]
     )
+
+
+def _check_count(name: str, n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{name} must be >= 1, got {n!r}")
+
+
+def attach_p(parsed: BaseModel, probabilities: Sequence[float]) -> bool:
+    """Set `p` on the verdicts of `parsed` from an engine's probabilities of `true`.
+
+    `probabilities` holds one value per boolean literal of the reply text, in text order.
+    Constrained decoding writes an object's properties in schema order, so the k-th boolean of
+    the text is the k-th boolean field of `parsed` in declaration order. When the counts differ
+    (an engine missed a decision), nothing is set and every `p` stays None: a wrong pairing
+    would be worse than none.
+
+    Returns:
+        Whether the probabilities were attached.
+    """
+    slots = list(_booleans(parsed))
+    if len(slots) != len(probabilities):
+        return False
+    for owner, value in zip(slots, probabilities, strict=True):
+        if owner is not None and "p" in type(owner).model_fields:
+            cast(Verdict, owner).p = float(value)  # assigned, not validated: see Verdict.p
+    return True
+
+
+def _booleans(node: Any) -> Iterator[BaseModel | None]:
+    """The owner of each boolean under `node`, in declaration order (None: a bare list item)."""
+    if isinstance(node, BaseModel):
+        for name in type(node).model_fields:
+            value = getattr(node, name)
+            if isinstance(value, bool):
+                yield node
+            elif name != "p":
+                yield from _booleans(value)
+    elif isinstance(node, list):
+        for item in node:
+            if isinstance(item, bool):
+                yield None
+            else:
+                yield from _booleans(item)
+
+
+@cache
+def has_soft_verdicts(schema: type[BaseModel]) -> bool:
+    """Whether replies of `schema` hold verdicts with a `p` (engines then read their logits)."""
+    return any(_verdict_types(field.annotation) for field in schema.model_fields.values())
+
+
+def _verdict_types(annotation: Any) -> bool:
+    # By shape, not by class: a model with a `p` field is a verdict (so are copies of these
+    # classes, such as the variants scripts/measure_schemas.py builds with other bounds).
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "p" in annotation.model_fields or has_soft_verdicts(annotation)
+    return any(_verdict_types(arg) for arg in get_args(annotation))
+
+
+class SoftVerdictError(RuntimeError):
+    """`verdicts="soft"` on a reply whose verdicts have no `p`: the engine cannot read them.
+
+    Raised inside a scorer's steps; the runner makes it that row's error.
+    """
+
+    def __init__(self, step: str, engine: str) -> None:
+        super().__init__(
+            f"{step}: verdicts='soft' needs the judge's probability p of every verdict, and "
+            f"engine {engine!r} gives none (use verdicts='hard', or an engine that reads its "
+            "logits: transformers or vllm)"
+        )
+
+
+T = TypeVar("T")
+
+
+def distinct(items: Sequence[T], key: Callable[[T], str] = str) -> tuple[list[T], int]:
+    """`items` without repeats (the same text after trimming and case folding), and how many
+    were dropped; the first of each is kept, in order."""
+    seen: set[str] = set()
+    kept: list[T] = []
+    for item in items:
+        text = key(item).strip().casefold()
+        if text not in seen:
+            seen.add(text)
+            kept.append(item)
+    return kept, len(items) - len(kept)
+
+
+def mean_p(verdicts: Sequence[dict[str, Any]]) -> float | None:
+    """The mean `p` of verdict entries: 0 when there are none (as for the hard axes), None
+    when any `p` is missing."""
+    ps = [v.get("p") for v in verdicts]
+    known = [float(p) for p in ps if p is not None]
+    if len(known) < len(ps):
+        return None
+    return sum(known) / len(known) if known else 0.0
 
 
 def budget(items: int, chars_per_item: int) -> int:

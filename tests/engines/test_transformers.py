@@ -9,17 +9,18 @@ import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
-from evalgpu.engines.transformers import (
+from evalgpu.engines._decode import (
     KVBatch,
     Slot,
-    TransformersEngine,
-    chat_for,
+    literal_masks,
     prefill_groups,
     shared_prefix,
+    true_probability,
 )
+from evalgpu.engines.transformers import TransformersEngine, chat_for
 from evalgpu.prompting import judge_chat
 from evalgpu.scorers.context_recall import claims_request
-from evalgpu.scorers.summarization import alignment_request, questions_request
+from evalgpu.scorers.summarization import alignment_request, coverage_request, questions_request
 from evalgpu.verdicts import Reason
 
 # -- the pure adapter --------------------------------------------------------------------
@@ -131,6 +132,23 @@ def test_rows_join_left_padded_and_leave_with_their_padding_cut():
     for slot in old:
         slot.finish = "length"
     assert batch.drop_finished() == old and len(batch) == 0
+
+
+def test_the_probability_of_true_is_computed_in_float32():
+    import math
+
+    import torch
+
+    # bfloat16 logits, as a bfloat16 model gives them: 10 apart. In bfloat16 arithmetic the
+    # softmax of the first is 1.0 exactly; in float32 it keeps its last digits.
+    logits = torch.tensor([10.0, 0.0, 3.0, -2.0], dtype=torch.bfloat16)
+    true_tokens = torch.tensor([True, False, False, False])
+    false_tokens = torch.tensor([False, True, False, True])
+    p = true_probability(logits, true_tokens, false_tokens)
+    false_mass = math.exp(0.0) + math.exp(-2.0)
+    assert p == pytest.approx(math.exp(10.0) / (math.exp(10.0) + false_mass), rel=1e-6)
+    assert p < 1.0
+    assert float(torch.softmax(logits[[0, 1, 3]], -1)[0]) == 1.0  # what bfloat16 would give
 
 
 def test_options_are_checked_before_loading_anything():
@@ -262,3 +280,57 @@ def test_it_counts_tokens_for_the_context_length_check(engine):
     assert engine.count_tokens("") == 0
     assert 0 < engine.count_tokens("The Golden Gate Bridge opened in 1937.") < 20
     assert engine.max_model_len == 8192
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Engine:
+    """The tiny preset: the plumbing of soft verdicts does not need a good judge."""
+    from evalgpu.engines import load_engine
+
+    return load_engine("smollm2-135m-instruct", backend="transformers")
+
+
+@pytest.mark.slow
+def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2):
+    import torch
+
+    engine = smollm2
+    from outlines_core import Guide
+    from outlines_core.kernels.torch import fill_next_token_bitmask
+
+    questions = ["Did the bridge open in 1937?", "Was Joseph Strauss the chief engineer?"]
+    request = coverage_request(SUMMARY, questions)
+    (reply,) = engine.generate([request])
+    assert reply.error is None, reply.error
+    ps = [v.p for v in reply.parsed.coverage]
+    assert len(ps) == 2 and all(p is not None and 0.0 < p < 1.0 for p in ps)
+
+    # Recompute each p from a fresh forward pass, in float64, at the tokens where the reply
+    # chose between the literals; the false side is computed apart and sums with p to 1.
+    prompt = engine.tokenizer(
+        engine._render(chat_for(request.messages, engine.system_role)), add_special_tokens=False
+    )["input_ids"]
+    (slot,) = engine._decode([request], [prompt])
+    assert slot.true_probs == ps
+    size = engine.model.get_output_embeddings().weight.shape[0]
+    is_true, is_false, is_other = literal_masks(engine.tokenizer, size)
+    guide, ids, recomputed = Guide(engine.index(request.schema)), list(prompt), []
+    for token in slot.text_tokens:
+        words = torch.zeros((1, (size + 31) // 32), dtype=torch.int32)
+        fill_next_token_bitmask(guide, words)
+        allowed = ((words.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).bool()
+        allowed = allowed.view(-1)[:size]
+        if (is_true[token] or is_false[token]) and not (allowed & is_other).any():
+            with torch.inference_mode():
+                logits = engine.model(input_ids=torch.tensor([ids])).logits[0, -1]
+            probs = torch.softmax(logits.double(), -1)
+            true, false = probs[allowed & is_true].sum(), probs[allowed & is_false].sum()
+            recomputed.append((float(true / (true + false)), float(false / (true + false))))
+        guide.advance(token, return_tokens=False)
+        ids.append(token)
+    # A fresh forward pass is not the engine's cached, batched one: in float32 they agree to
+    # about 1e-6; the tolerance leaves room for a model computed in bfloat16.
+    assert [t for t, _ in recomputed] == pytest.approx(ps, abs=5e-3)
+    for t, f in recomputed:
+        assert t + f == pytest.approx(1.0, abs=1e-12)  # renormalised over the two literals
+    assert logits.dtype == torch.float32  # the output layer runs in float32

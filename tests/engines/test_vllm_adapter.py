@@ -7,6 +7,7 @@ The real engine is tested in test_vllm.py (needs vLLM).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,16 +19,18 @@ from typing import Any
 import pytest
 
 from evalgpu.engines.vllm import (
+    LOGPROBS,
     REGEX_COMPILATION_TIMEOUT_S,
     VLLMEngine,
     json_schema,
     rejection_kind,
     reply_from_output,
     to_vllm,
+    true_probs,
 )
 from evalgpu.scorers.context_recall import claims_request
 from evalgpu.scorers.summarization import alignment_request, questions_request
-from evalgpu.verdicts import Claims, questions_schema
+from evalgpu.verdicts import Alignment, Claims, questions_schema
 
 SOURCE = "The bridge opened in 1932. It carries eight lanes."
 
@@ -54,7 +57,9 @@ def test_sampling_is_greedy_seeded_and_budgeted():
         assert s["max_tokens"] == request.max_tokens
         assert s["temperature"] == 0.0
         assert s["seed"] == 7
-        assert set(s) == {"max_tokens", "temperature", "seed", "structured_outputs"}
+    # Logprobs only where the schema has boolean verdicts, whose p they give.
+    assert settings[0]["logprobs"] == LOGPROBS
+    assert set(settings[1]) == {"max_tokens", "temperature", "seed", "structured_outputs"}
 
 
 def test_json_schema_is_built_once_per_class():
@@ -106,6 +111,7 @@ class Completion:
     text: str
     token_ids: list[int]
     finish_reason: str | None = "stop"
+    logprobs: list[dict[int, Any]] | None = None
 
 
 @dataclass
@@ -140,6 +146,56 @@ def test_cut_reply_is_an_error_never_parsed():
     assert reply.finish_reason == "length"
     assert reply.error == f"reply cut at max_tokens={request.max_tokens}"
     assert reply.error_kind == "invalid_reply"
+
+
+# Soft verdicts: p(true) from the logprobs at the token where each literal starts.
+
+
+@dataclass
+class Logprob:
+    logprob: float
+    decoded_token: str | None
+
+
+def tokenised(pieces: list[str], at: dict[int, dict[str, float]]) -> Completion:
+    """A completion whose token i is pieces[i] (id i), with extra logprob entries `at[i]`
+    (text -> logprob, ids from 1000); the sampled token's own logprob is -0.1."""
+    logprobs = []
+    for i, piece in enumerate(pieces):
+        entries = {i: Logprob(-0.1, piece)}
+        for j, (text, value) in enumerate(at.get(i, {}).items()):
+            entries[1000 + j] = Logprob(value, text)
+        logprobs.append(entries)
+    return Completion("".join(pieces), list(range(len(pieces))), logprobs=logprobs)
+
+
+ALIGNED = ['{"alignment":[{"claim":"t","reason":"the f', 'acts",', '"supported":', " true", "}]}"]
+
+
+def test_p_is_read_where_the_literal_starts_and_renormalised_over_both_literals():
+    # At " true" the allowed tokens came back: " true" (sampled, -0.1), "true", " false",
+    # " f", and a space that commits to neither. The "t" and "f" inside strings are skipped.
+    completion = tokenised(ALIGNED, {3: {"true": -3.0, " false": -2.0, " f": -4.0, " ": -1.0}})
+    (p,) = true_probs(completion)
+    true, false = math.exp(-0.1) + math.exp(-3.0), math.exp(-2.0) + math.exp(-4.0)
+    assert p == pytest.approx(true / (true + false))
+
+    reply = reply_from_output(alignment_request(SOURCE, "It opened."), Output([completion]))
+    assert isinstance(reply.parsed, Alignment)
+    assert reply.parsed.alignment[0].p == pytest.approx(p)
+
+
+def test_a_literal_missing_from_the_top_logprobs_gets_at_most_the_smallest_mass():
+    completion = tokenised(ALIGNED, {3: {" ": -5.0}})
+    (p,) = true_probs(completion)
+    assert p == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-5.0)))
+
+
+def test_no_logprobs_no_p():
+    completion = Completion("".join(ALIGNED), list(range(len(ALIGNED))))
+    assert true_probs(completion) is None
+    reply = reply_from_output(alignment_request(SOURCE, "It opened."), Output([completion]))
+    assert reply.error is None and reply.parsed.alignment[0].p is None
 
 
 def test_schema_mismatch_is_an_error():
@@ -193,7 +249,7 @@ class FakeLLM:
             raise ValueError("the chat template rejected the conversation")
         return [
             Output(
-                [Completion('{"claims": []}', [1, 2, 3])],
+                [Completion('{"claims": ["x"]}', [1, 2, 3])],
                 prompt_token_ids=[0] * 10,
                 num_cached_tokens=4,
             )

@@ -6,6 +6,8 @@ import pytest
 
 from evalgpu import create_context_recall_scorer
 from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.scorers.context_recall import match_verdicts
+from evalgpu.verdicts import AttributionVerdict
 
 EINSTEIN = "Einstein was born in 1879. Einstein developed relativity. Einstein won the Nobel Prize."
 CONTEXT = [
@@ -39,9 +41,12 @@ def test_reference_example_two_of_three(engine):
             "Einstein was born in 1879.",
             "Einstein developed relativity.",
             "Einstein won the Nobel Prize.",
-        ]
+        ],
+        "duplicates_dropped": {"claims": 0},
     }
-    assert result.reason.startswith("Recall 0.67: 2 of 3 ground-truth claims found")
+    assert [v["p"] for v in verdicts] == pytest.approx([0.9, 0.9, 0.1])
+    assert result.axes == pytest.approx({"recall": 2 / 3, "recall_soft": 1.9 / 3})
+    assert result.reason.startswith("Recall 0.67 (hard verdicts): 2 of 3 ground-truth claims")
     assert '"Einstein was born in 1879." (passage 1)' in result.reason
     assert 'Missing: "Einstein won the Nobel Prize."' in result.reason
 
@@ -122,16 +127,27 @@ def test_empty_extracted_context_scores_zero_without_attribution_call(engine):
     assert "no passages" in result.reason
 
 
-def test_no_claims_scores_zero_without_attribution_call():
+def test_an_empty_claim_list_is_an_invalid_reply():
+    # A non-blank ground truth makes at least one claim: the schema takes no empty list.
     engine = ScriptedEngine(overrides={"context_recall.claims": lambda r: {"claims": []}})
     result = create_context_recall_scorer(engine, context=CONTEXT).run(
         input="q", output="a", ground_truth="Hmm."
     )
-    assert result.score == 0.0 and result.error is None
+    assert result.score is None
+    assert result.error.startswith("context_recall.claims: reply does not match the schema")
     assert engine.by_tag("context_recall.attribution") == []
 
 
-def test_verdicts_match_claims_by_position():
+def test_attribution_asks_for_exactly_one_verdict_per_claim(engine):
+    create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth=EINSTEIN
+    )
+    (attribution,) = engine.by_tag("context_recall.attribution")
+    bounds = attribution.schema.model_json_schema()["properties"]["verdicts"]
+    assert bounds["minItems"] == bounds["maxItems"] == 3
+
+
+def test_an_attribution_reply_of_another_length_is_an_invalid_reply():
     def one_verdict(request):
         return {
             "verdicts": [{"claim": "other", "reason": "r", "attributed": True, "passages": [3]}]
@@ -141,10 +157,32 @@ def test_verdicts_match_claims_by_position():
     result = create_context_recall_scorer(engine, context=CONTEXT).run(
         input="q", output="a", ground_truth=EINSTEIN
     )
+    assert result.score is None
+    assert result.error.startswith("context_recall.attribution: reply does not match the schema")
+
+
+def test_verdicts_match_claims_by_position():
+    def copied_wrongly(request):
+        verdict = {"claim": "other", "reason": "r", "attributed": True, "passages": [3]}
+        return {"verdicts": [verdict, {**verdict, "attributed": False}, verdict]}
+
+    engine = ScriptedEngine(overrides={"context_recall.attribution": copied_wrongly})
+    result = create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth=EINSTEIN
+    )
     verdicts = result.analyze_step_result["verdicts"]
     assert [v["claim"] for v in verdicts] == result.preprocess_step_result["claims"]
-    assert [v["attributed"] for v in verdicts] == [True, False, False]
-    assert result.score == pytest.approx(1 / 3)
+    assert [v["attributed"] for v in verdicts] == [True, False, True]
+    assert result.score == pytest.approx(2 / 3)
+
+
+def test_defensive_matching_counts_a_missing_verdict_as_not_attributed():
+    verdict = AttributionVerdict(claim="x", reason="r", attributed=True, passages=[1])
+    entries = match_verdicts(["a", "b"], [verdict])
+    assert [(v["claim"], v["attributed"], v["p"]) for v in entries] == [
+        ("a", True, None),
+        ("b", False, None),
+    ]
 
 
 def test_passage_numbers_outside_the_context_violate_the_schema():

@@ -8,7 +8,8 @@ import pytest
 
 from evalgpu import JudgeReply, create_summarization_scorer
 from evalgpu.engines.scripted import ScriptedEngine
-from evalgpu.verdicts import Alignment, coverage_schema, questions_schema
+from evalgpu.scorers.summarization import combine, match_coverage
+from evalgpu.verdicts import Alignment, CoverageVerdict, coverage_schema, questions_schema
 
 SOURCE = (
     "The company was founded in 1995 by John Smith. It started with 10 employees and grew "
@@ -42,14 +43,18 @@ def test_reference_example_full_summary_scores_scale(engine):
     result = create_summarization_scorer(engine).run(**agent_run(SOURCE, FULL))
     assert result.error is None
     assert result.score == 1.0
-    assert result.axes == {"alignment": 1.0, "coverage": 1.0}
+    # soft axes beside the hard ones: the scripted judge gives p = 0.9 to every true verdict
+    assert result.axes == pytest.approx(
+        {"alignment": 1.0, "coverage": 1.0, "alignment_soft": 0.9, "coverage_soft": 0.9}
+    )
 
 
 def test_omission_lowers_coverage_and_the_reason_names_it(engine):
     result = create_summarization_scorer(engine).run(**agent_run(SOURCE, FAITHFUL_BUT_SHORT))
-    assert result.axes == {"alignment": 1.0, "coverage": pytest.approx(2 / 3)}
+    assert result.axes["alignment"] == 1.0
+    assert result.axes["coverage"] == pytest.approx(2 / 3)
     assert result.score == pytest.approx(2 / 3)
-    assert "set by coverage" in result.reason
+    assert "(hard verdicts), set by coverage" in result.reason
     assert "alignment 1.00, coverage 0.67" in result.reason
     assert "10 employees" in result.reason  # the unanswered question behind it
 
@@ -67,16 +72,26 @@ def test_score_is_the_lower_axis_times_scale(engine):
         **agent_run(SOURCE, FAITHFUL_BUT_SHORT)
     )
     assert result.score == pytest.approx(10 * 2 / 3)
-    assert result.reason.startswith("Score 6.67, set by coverage")
+    assert result.reason.startswith("Score 6.67 (hard verdicts), set by coverage")
 
 
 def test_result_serialises_with_reference_names(engine):
     result = create_summarization_scorer(engine).run(**agent_run(SOURCE, FAITHFUL_BUT_SHORT))
     data = json.loads(result.model_dump_json(by_alias=True))
-    assert set(data["preprocessStepResult"]) == {"alignment", "questions"}
+    assert set(data["preprocessStepResult"]) == {"alignment", "questions", "duplicates_dropped"}
+    assert data["preprocessStepResult"]["duplicates_dropped"] == {"alignment": 0, "questions": 0}
     assert set(data["analyzeStepResult"]) == {"coverage"}
-    assert set(data["preprocessStepResult"]["alignment"][0]) == {"claim", "supported", "reason"}
-    assert set(data["analyzeStepResult"]["coverage"][0]) == {"question", "answered", "reason"}
+    alignment, coverage = (
+        data["preprocessStepResult"]["alignment"],
+        data["analyzeStepResult"]["coverage"],
+    )
+    assert set(alignment[0]) == {"claim", "supported", "reason", "p"}
+    assert set(coverage[0]) == {"question", "answered", "reason", "p"}
+    # p travels to the records: the scripted judge's 0.9 for true, 0.1 for false
+    assert [v["p"] for v in coverage] == pytest.approx(
+        [0.9 if v["answered"] else 0.1 for v in coverage]
+    )
+    assert {v["answered"] for v in coverage} == {True, False}
     assert len(data["analyzeStepResult"]["coverage"]) == len(
         data["preprocessStepResult"]["questions"]
     )
@@ -93,6 +108,7 @@ def test_result_serialises_with_reference_names(engine):
         ({"scale": 0}, "scale must be > 0, got 0"),
         ({"scale": -1.5}, "scale must be > 0, got -1.5"),
         ({"reason": "llm"}, "reason must be 'template' or 'model', got 'llm'"),
+        ({"verdicts": "x"}, "verdicts must be 'hard' or 'soft', got 'x'"),
     ],
 )
 def test_bad_options_raise_value_error_at_construction(engine, kwargs, message):
@@ -105,7 +121,8 @@ def test_max_questions_bounds_the_questions_schema_and_prompt(engine):
     scorer = create_summarization_scorer(engine, max_questions=2)
     result = scorer.run(**agent_run(SOURCE, FULL))
     (questions,) = engine.by_tag("summarization.questions")
-    assert questions.schema.model_json_schema()["properties"]["questions"]["maxItems"] == 2
+    bounds = questions.schema.model_json_schema()["properties"]["questions"]
+    assert (bounds["minItems"], bounds["maxItems"]) == (1, 2)
     assert "at most 2" in user_text(questions)
     assert len(result.preprocess_step_result["questions"]) == 2
 
@@ -197,46 +214,74 @@ def test_summary_cannot_instruct_the_judge(engine):
 # -- verdict matching and zero cases ----------------------------------------------------------
 
 
-def test_coverage_verdicts_match_questions_by_position():
-    def short_coverage(request):
-        # one verdict for three questions, copied wrongly: position decides, not the text
-        return {"coverage": [{"question": "something else", "reason": "r", "answered": True}]}
+def test_coverage_asks_for_exactly_one_verdict_per_question(engine):
+    create_summarization_scorer(engine).run(input=SOURCE, output=FULL)
+    (coverage,) = engine.by_tag("summarization.coverage")
+    bounds = coverage.schema.model_json_schema()["properties"]["coverage"]
+    assert bounds["minItems"] == bounds["maxItems"] == 3  # the source's three questions
+    assert coverage.schema is coverage_schema(3)  # one class per count, built once
 
-    engine = ScriptedEngine(overrides={"summarization.coverage": short_coverage})
+
+@pytest.mark.parametrize("verdicts", [1, 5])
+def test_a_coverage_reply_of_another_length_is_an_invalid_reply(verdicts):
+    def wrong_count(request):
+        return {"coverage": [{"question": "q", "reason": "r", "answered": True}] * verdicts}
+
+    engine = ScriptedEngine(overrides={"summarization.coverage": wrong_count})
+    result = create_summarization_scorer(engine).run(input=SOURCE, output=FULL)
+    assert result.score is None
+    assert result.error.startswith("summarization.coverage: reply does not match the schema")
+
+
+def test_coverage_verdicts_match_questions_by_position():
+    def copied_wrongly(request):
+        verdict = {"question": "something else", "reason": "r", "answered": True}
+        return {"coverage": [verdict, {**verdict, "answered": False}, verdict]}
+
+    engine = ScriptedEngine(overrides={"summarization.coverage": copied_wrongly})
     result = create_summarization_scorer(engine).run(input=SOURCE, output=FULL)
     coverage = result.analyze_step_result["coverage"]
-    questions = result.preprocess_step_result["questions"]
-    assert [c["question"] for c in coverage] == questions
-    assert [c["answered"] for c in coverage] == [True, False, False]
-    assert result.axes["coverage"] == pytest.approx(1 / 3)
+    assert [c["question"] for c in coverage] == result.preprocess_step_result["questions"]
+    assert [c["answered"] for c in coverage] == [True, False, True]
 
 
-def test_extra_coverage_verdicts_are_ignored():
-    def long_coverage(request):
-        verdict = {"question": "q", "reason": "r", "answered": True}
-        return {"coverage": [verdict] * 3 + [{**verdict, "answered": False}] * 5}
+def test_defensive_matching_counts_a_missing_verdict_as_not_answered():
+    # Cannot come through the parser (the schema takes one verdict per question); an engine
+    # that hands back an unvalidated object still gets the reference semantics.
+    verdict = CoverageVerdict(question="x", reason="r", answered=True)
+    short = match_coverage(["a", "b"], [verdict])
+    assert [(v["question"], v["answered"], v["p"]) for v in short] == [
+        ("a", True, None),
+        ("b", False, None),
+    ]
+    assert len(match_coverage(["a"], [verdict] * 4)) == 1  # extra verdicts are ignored
 
-    engine = ScriptedEngine(overrides={"summarization.coverage": long_coverage})
+
+@pytest.mark.parametrize(
+    ("tag", "empty"),
+    [
+        ("summarization.alignment", {"alignment": []}),
+        ("summarization.questions", {"questions": []}),
+    ],
+)
+def test_an_empty_list_is_an_invalid_reply(tag, empty):
+    # A non-blank summary makes a claim and a source yields a question: the schemas take at
+    # least one, so a small judge cannot take the empty path, and nothing scores 0 silently.
+    engine = ScriptedEngine(overrides={tag: lambda r: empty})
     result = create_summarization_scorer(engine).run(input=SOURCE, output=FULL)
-    assert len(result.analyze_step_result["coverage"]) == 3
-    assert result.axes["coverage"] == 1.0
+    assert result.score is None
+    assert result.error.startswith(f"{tag}: reply does not match the schema")
+    assert "at least 1 item" in result.error
 
 
-def test_no_claims_scores_zero():
-    engine = ScriptedEngine(overrides={"summarization.alignment": lambda r: {"alignment": []}})
-    result = create_summarization_scorer(engine).run(input=SOURCE, output=FULL)
-    assert result.score == 0.0 and result.error is None
-    assert result.axes == {"alignment": 0.0, "coverage": 1.0}
-    assert "no claims" in result.reason
-
-
-def test_no_questions_scores_zero_without_a_coverage_call():
-    engine = ScriptedEngine(overrides={"summarization.questions": lambda r: {"questions": []}})
-    result = create_summarization_scorer(engine).run(input=SOURCE, output=FULL)
-    assert result.score == 0.0 and result.error is None
-    assert engine.by_tag("summarization.coverage") == []
-    assert result.analyze_step_result == {"coverage": []}
-    assert "no questions" in result.reason
+def test_no_claims_or_no_questions_would_score_zero():
+    # The reference rule, kept for engines that return unvalidated objects.
+    assert combine([], []) == {
+        "alignment": 0.0,
+        "coverage": 0.0,
+        "alignment_soft": 0.0,
+        "coverage_soft": 0.0,
+    }
 
 
 def test_a_blank_summary_scores_0_without_a_judge_call(engine):
@@ -251,8 +296,17 @@ def test_a_blank_summary_scores_0_without_a_judge_call(engine):
         assert result.error is None
         assert result.score == 0.0 and result.error_kind is None
         assert "The summary is empty" in result.reason
-        assert result.axes == {"alignment": 0.0, "coverage": 0.0}
-        assert result.preprocess_step_result == {"alignment": [], "questions": []}
+        assert result.axes == {
+            "alignment": 0.0,
+            "coverage": 0.0,
+            "alignment_soft": 0.0,
+            "coverage_soft": 0.0,
+        }
+        assert result.preprocess_step_result == {
+            "alignment": [],
+            "questions": [],
+            "duplicates_dropped": {"alignment": 0, "questions": 0},
+        }
         assert result.usage.calls == 0
     assert engine.calls == []
 
@@ -405,9 +459,12 @@ def test_a_reply_cut_twice_is_an_error_and_never_parsed():
 
 def test_verdict_schemas_are_bounded():
     alignment = Alignment.model_json_schema()
+    assert alignment["properties"]["alignment"]["minItems"] == 1
     assert alignment["properties"]["alignment"]["maxItems"] > 0
     verdict = alignment["$defs"]["ClaimVerdict"]["properties"]
     assert verdict["claim"]["maxLength"] > 0 and verdict["reason"]["maxLength"] > 0
-    assert coverage_schema(7).model_json_schema()["properties"]["coverage"]["maxItems"] == 7
-    assert questions_schema(7).model_json_schema()["properties"]["questions"]["maxItems"] == 7
-    assert coverage_schema(7) is coverage_schema(7)  # built once per bound
+    coverage = coverage_schema(7).model_json_schema()["properties"]["coverage"]
+    assert coverage["minItems"] == coverage["maxItems"] == 7
+    questions = questions_schema(7).model_json_schema()["properties"]["questions"]
+    assert (questions["minItems"], questions["maxItems"]) == (1, 7)
+    assert coverage_schema(7) is coverage_schema(7)  # built once per count

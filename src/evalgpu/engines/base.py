@@ -4,6 +4,11 @@ Names are a contract (docs/SEMANTICS.md §2). A scorer builds `JudgeRequest`s; t
 wave of them to `Engine.generate` in one call and reads back one `JudgeReply` per request, in
 order. Anything with a `name` and that `generate` method is an engine: tests and users may
 bring their own.
+
+Soft verdicts: an engine that can read its own probabilities sets `p` on the boolean verdicts of
+`JudgeReply.parsed` (the probability of `true`, renormalised over `true` and `false`), through
+`evalgpu.verdicts.attach_p` (or `reply_from_text(..., true_probs=...)`). An engine that cannot
+leaves `p` None; nothing else in the contract changes.
 """
 
 from __future__ import annotations

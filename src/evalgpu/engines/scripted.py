@@ -9,7 +9,10 @@ scores mean nothing about quality; they are repeatable. The rules:
 - a claim is supported (attributed) when every content word of it occurs in the source (in one
   passage);
 - questions are "Is it true that <sentence>?" for the source's sentences;
-- a question is answered when every content word of its sentence occurs in the summary.
+- a question is answered when every content word of its sentence occurs in the summary;
+- soft verdicts: the probability `p` of each boolean is `true_p` (0.9) for `true` and
+  `1 - true_p` for `false`, attached through the same path as the real engines' (one value per
+  literal of the reply text, in order); `true_p=None` plays an engine that cannot read them.
 
 Every reply is JSON text parsed with the same strict parser as the real engines.
 """
@@ -21,7 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evalgpu.engines._parse import reply_from_text
+from evalgpu.engines._parse import literal_starts, reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 
 __all__ = ["ScriptedEngine", "answer"]
@@ -153,6 +156,8 @@ class ScriptedEngine:
         model: ignored (so that `load_engine(model, backend="scripted")` works with any model).
         record: keep every request in `calls` (tests read them); a long sweep turns it off,
             so that memory stays flat (`load_engine` does).
+        true_p: the `p` of a `true` verdict (a `false` one gets `1 - true_p`); None: no `p`,
+            like an engine that cannot read its probabilities.
     """
 
     name = "scripted"
@@ -163,10 +168,14 @@ class ScriptedEngine:
         overrides: dict[str, Override] | None = None,
         *,
         record: bool = True,
+        true_p: float | None = 0.9,
         **_: Any,
     ) -> None:
+        if true_p is not None and not 0 <= true_p <= 1:
+            raise ValueError(f"true_p must be in [0, 1] or None, got {true_p!r}")
         self.overrides = dict(overrides or {})
         self.record = record
+        self.true_p = true_p
         self.calls: list[list[JudgeRequest]] = []
 
     @property
@@ -194,6 +203,13 @@ class ScriptedEngine:
             return made
         text = made if isinstance(made, str) else json.dumps(made, ensure_ascii=False)
         prompt = sum(len(m["content"]) for m in request.messages) // 4
+        true_probs = None
+        if self.true_p is not None:
+            true_probs = [self.true_p if v else 1 - self.true_p for _, v in literal_starts([text])]
         return reply_from_text(
-            request, text, prompt_tokens=prompt, output_tokens=len(text) // 4 + 1
+            request,
+            text,
+            prompt_tokens=prompt,
+            output_tokens=len(text) // 4 + 1,
+            true_probs=true_probs,
         )

@@ -22,6 +22,13 @@ How it maps to vLLM:
   (vLLM's own default `max_tokens` is 16).
 - A reply cut at `max_tokens` comes back with `finish_reason="length"`; the runner retries
   it once at twice the budget, so the engine does not.
+- Soft verdicts: a request whose schema holds boolean verdicts asks for the top `LOGPROBS`
+  log-probabilities of every generated token (`SamplingParams(logprobs=...)`). vLLM applies
+  the structured-output bitmask to the logits before its sampler, and its default logprobs
+  mode ("raw_logprobs") is taken there, before temperature and penalties: at a token where the
+  constraint allows only the two literals (and punctuation), the returned entries are the
+  allowed tokens. `true_probs` finds the token where each `true`/`false` literal starts and
+  renormalises the mass of the entries that start each literal (`_parse.literal_class`).
 
 Regex compilation timeout. The outlines backend turns a JSON schema into a regex and compiles
 it into a token index, once per schema and engine process. vLLM aborts a compilation after
@@ -45,6 +52,7 @@ Import `evalgpu.engines.vllm` works without vLLM: vLLM is imported when an engin
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from functools import cache
@@ -52,13 +60,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from evalgpu.engines._parse import reply_from_text
+from evalgpu.engines._parse import literal_class, literal_starts, reply_from_text, soft_probability
 from evalgpu.engines.base import ErrorKind, JudgeReply, JudgeRequest
+from evalgpu.verdicts import has_soft_verdicts
 
 if TYPE_CHECKING:
     from vllm import LLM, RequestOutput, SamplingParams  # type: ignore[import-not-found, unused-ignore]
 
 __all__ = [
+    "LOGPROBS",
     "REGEX_COMPILATION_TIMEOUT_S",
     "STRUCTURED_OUTPUTS_BACKENDS",
     "VLLMEngine",
@@ -66,6 +76,7 @@ __all__ = [
     "rejection_kind",
     "reply_from_output",
     "to_vllm",
+    "true_probs",
 ]
 
 STRUCTURED_OUTPUTS_BACKENDS = ("outlines", "xgrammar", "guidance")
@@ -73,6 +84,12 @@ STRUCTURED_OUTPUTS_BACKENDS = ("outlines", "xgrammar", "guidance")
 
 REGEX_COMPILATION_TIMEOUT_S = 600
 """Seconds vLLM may spend compiling one schema (measurements in the module docstring)."""
+
+LOGPROBS = 20
+"""Top log-probabilities per generated token, for requests with boolean verdicts: vLLM's
+default ceiling (`max_logprobs`). Tokens that start `true` or `false` are few (16 in SmolLM2's
+49k vocabulary, 32 in Qwen2.5's 151k, counting every context such as ",true"), and fewer are
+allowed at one position, so the best of both sides come back."""
 
 _ROLES = ("system", "user", "assistant")
 
@@ -103,7 +120,8 @@ def to_vllm(
 
     Each settings dict holds `max_tokens`, `temperature` (0: greedy), `seed` and
     `structured_outputs` (the keyword arguments of `StructuredOutputsParams`: `json`, the
-    request's JSON schema).
+    request's JSON schema), and `logprobs` (`LOGPROBS`) when the schema has boolean verdicts,
+    whose probabilities become their `p`.
 
     Args:
         requests: the wave, in order.
@@ -125,14 +143,15 @@ def to_vllm(
         conversations.append(
             [{"role": m["role"], "content": m["content"]} for m in request.messages]
         )
-        settings.append(
-            {
-                "max_tokens": request.max_tokens,
-                "temperature": 0.0,
-                "seed": seed,
-                "structured_outputs": {"json": json_schema(request.schema)},
-            }
-        )
+        options: dict[str, Any] = {
+            "max_tokens": request.max_tokens,
+            "temperature": 0.0,
+            "seed": seed,
+            "structured_outputs": {"json": json_schema(request.schema)},
+        }
+        if has_soft_verdicts(request.schema):
+            options["logprobs"] = LOGPROBS
+        settings.append(options)
     return conversations, settings
 
 
@@ -381,4 +400,48 @@ def reply_from_output(request: JudgeRequest, output: RequestOutput) -> JudgeRepl
         output_tokens=output_tokens,
         cached_tokens=cached_tokens,
         finish_reason=finish_reason,
+        true_probs=true_probs(completion),
     )
+
+
+def true_probs(completion: Any) -> list[float] | None:
+    """p(true) at each boolean literal of a completion, from its per-token logprobs.
+
+    `completion.logprobs[i]` maps token ids to `Logprob`s (`logprob`, `decoded_token`) at
+    output position i, the sampled token among them. The position of a literal is the token
+    that holds its first character (`literal_starts` over the sampled tokens' text); there,
+    p = mass(entries that start `true`) / mass(entries that start either literal). When one
+    literal has no entry in the top `LOGPROBS`, its mass is taken as the smallest returned
+    one, an upper bound, so p is the least extreme value the logprobs allow.
+
+    Returns None when the completion has no logprobs or no decoded tokens (the request did not
+    ask for them, or detokenisation is off).
+    """
+    positions = getattr(completion, "logprobs", None)
+    if positions is None:
+        return None
+    pieces: list[str] = []
+    for token, entries in zip(completion.token_ids, positions, strict=False):
+        sampled = entries.get(token)
+        if sampled is None or sampled.decoded_token is None:
+            return None
+        pieces.append(sampled.decoded_token)
+    found: list[float] = []
+    for index, _ in literal_starts(pieces):
+        mass = {"true": 0.0, "false": 0.0}
+        seen = {"true": False, "false": False}
+        smallest = math.inf
+        for entry in positions[index].values():
+            kind = literal_class(entry.decoded_token or "")
+            smallest = min(smallest, entry.logprob)
+            if kind in mass:
+                mass[kind] += math.exp(entry.logprob)
+                seen[kind] = True
+        for side in mass:
+            if not seen[side] and math.isfinite(smallest):
+                mass[side] = math.exp(smallest)
+        p = soft_probability(mass["true"], mass["false"])
+        if p is None:
+            return None
+        found.append(p)
+    return found

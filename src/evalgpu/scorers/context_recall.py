@@ -3,6 +3,17 @@ retrieved context.
 
 Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.3):
 prompts, the factory, the two requests, the score and the reason, and `_steps`.
+
+Beyond the reference:
+
+- Soft verdicts. Every verdict carries `p`, the judge's probability that the claim is
+  attributed (None when the engine cannot read it). `axes` holds `recall`, the hard score
+  before scaling, and `recall_soft`, the mean `p` (absent when any `p` is missing): named
+  after the score they are, with the same `_soft` suffix as the summarization axes.
+  `verdicts="soft"` scores `recall_soft * scale`.
+- Duplicates are judged once: a claim identical to an earlier one after trimming and case
+  folding is dropped before the attribution call, and
+  `preprocessStepResult["duplicates_dropped"] == {"claims": n}` says how many.
 """
 
 from __future__ import annotations
@@ -22,12 +33,17 @@ from evalgpu.verdicts import (
     MAX_CLAIMS,
     REASON_CHARS,
     SUMMARY_REASON_CHARS,
+    VERDICT_MODES,
     Attribution,
     AttributionVerdict,
     Claims,
     Reason,
+    SoftVerdictError,
+    VerdictMode,
     attribution_schema,
     budget,
+    distinct,
+    mean_p,
 )
 
 __all__ = ["create_context_recall_scorer"]
@@ -67,6 +83,7 @@ def create_context_recall_scorer(
     context_extractor: Callable[[Any, Any], Sequence[str]] | None = None,
     scale: float = 1.0,
     reason: ReasonMode = "template",
+    verdicts: VerdictMode = "hard",
 ) -> Scorer:
     """Create the context recall scorer.
 
@@ -76,6 +93,9 @@ def create_context_recall_scorer(
         context_extractor: `(input, output) -> list[str]`, used only for agent-shaped runs.
         scale: the score lies in [0, scale] (> 0).
         reason: "template" builds the reason without a model call; "model" asks the judge.
+        verdicts: "hard" (the reference: the share of attributed claims) or "soft" (the mean
+            probability of attributed; needs an engine that reads its logits, else each row
+            is an error).
 
     Returns:
         A `Scorer` with id "context-recall-scorer". Its `run` needs a `ground_truth`.
@@ -94,19 +114,30 @@ def create_context_recall_scorer(
         raise ValueError(f"scale must be > 0, got {scale!r}")
     if reason not in ("template", "model"):
         raise ValueError(f"reason must be 'template' or 'model', got {reason!r}")
+    if verdicts not in VERDICT_MODES:
+        raise ValueError(f"verdicts must be 'hard' or 'soft', got {verdicts!r}")
+    engine = resolve_engine(model)
     steps = partial(
-        _steps, context=context, context_extractor=context_extractor, scale=scale, reason=reason
+        _steps,
+        context=context,
+        context_extractor=context_extractor,
+        scale=scale,
+        reason=reason,
+        verdicts=verdicts,
+        engine_name=engine.name,
     )
     options: dict[str, Any] = {"scale": float(scale)}
     if reason != "template":
         options["reason"] = reason
+    if verdicts != "hard":
+        options["verdicts"] = verdicts
     if context is not None:
         options["context"] = digest(json.dumps(context))
     if context_extractor is not None:
         options["context_extractor"] = callable_name(context_extractor)
     return Scorer(
         SCORER_ID,
-        resolve_engine(model),
+        engine,
         steps,
         per_run_fields=frozenset({"context"}),
         fallbacks=frozenset({"context"}),
@@ -126,19 +157,22 @@ def claims_request(ground_truth: str) -> JudgeRequest:
 
 
 def attribution_request(passages: list[str], claims: list[str]) -> JudgeRequest:
-    """Each claim checked against the numbered passages."""
+    """Each claim checked against the numbered passages: exactly one verdict per claim."""
     context = "\n\n".join(f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1))
     user = f"{context}\n\n{fence('claims', numbered(claims))}\n\n{ATTRIBUTION_TASK}"
     return JudgeRequest(
         tag="context_recall.attribution",
         messages=judge_chat(user),
-        schema=attribution_schema(len(passages)),
-        max_tokens=budget(MAX_CLAIMS, CLAIM_CHARS + REASON_CHARS + 24),
+        schema=attribution_schema(len(passages), len(claims)),
+        max_tokens=budget(len(claims), CLAIM_CHARS + REASON_CHARS + 24),
     )
 
 
 def reason_request(verdicts: list[dict[str, Any]], score: float) -> JudgeRequest:
-    """A model-written reason, from the verdicts only (`reason="model"`)."""
+    """A model-written reason, from the verdicts only (`reason="model"`).
+
+    `score` is the scaled recall that set the score (hard or soft).
+    """
     lines = numbered(
         [
             f"{v['claim']} -> "
@@ -158,7 +192,11 @@ def reason_request(verdicts: list[dict[str, Any]], score: float) -> JudgeRequest
 def match_verdicts(
     claims: list[str], verdicts: Sequence[AttributionVerdict]
 ) -> list[dict[str, Any]]:
-    """One verdict per claim, matched by position; a missing verdict is not attributed."""
+    """One verdict per claim, matched by position.
+
+    The schema takes exactly one verdict per claim, so the counts match; were they to differ
+    (an engine that returns an unvalidated reply), a missing verdict is not attributed.
+    """
     entries = []
     for i, claim in enumerate(claims):
         if i < len(verdicts):
@@ -170,6 +208,7 @@ def match_verdicts(
                     "attributed": v.attributed,
                     "reason": v.reason,
                     "passages": passages,
+                    "p": v.p,
                 }
             )
         else:
@@ -179,17 +218,24 @@ def match_verdicts(
                     "attributed": False,
                     "reason": "no verdict was returned",
                     "passages": [],
+                    "p": None,
                 }
             )
     return entries
 
 
-def template_reason(score: float, verdicts: list[dict[str, Any]], n_passages: int) -> str:
-    """Which claims were found (with their passages), and which were missing."""
+def template_reason(
+    score: float, verdicts: list[dict[str, Any]], n_passages: int, mode: VerdictMode = "hard"
+) -> str:
+    """Which claims were found (with their passages), and which were missing.
+
+    `score` is the (scaled) score; the first line says which verdicts made it.
+    """
     found = [v for v in verdicts if v["attributed"]]
     missing = [v for v in verdicts if not v["attributed"]]
+    how = "hard verdicts" if mode == "hard" else "soft verdicts, mean p(attributed)"
     lines = [
-        f"Recall {score:.2f}: {len(found)} of {len(verdicts)} ground-truth claims "
+        f"Recall {score:.2f} ({how}): {len(found)} of {len(verdicts)} ground-truth claims "
         "found in the context."
     ]
     if n_passages == 0:
@@ -204,7 +250,15 @@ def template_reason(score: float, verdicts: list[dict[str, Any]], n_passages: in
             )
         )
     if missing:
-        lines.append("Missing: " + "; ".join(f'"{v["claim"]}" ({v["reason"]})' for v in missing))
+        lines.append(
+            "Missing: "
+            + "; ".join(
+                f'"{v["claim"]}" ({v["reason"]}'
+                + ("" if v.get("p") is None else f"; p={v['p']:.2f}")
+                + ")"
+                for v in missing
+            )
+        )
     return "\n".join(lines)
 
 
@@ -217,6 +271,8 @@ def _steps(
     context_extractor: Callable[[Any, Any], Sequence[str]] | None,
     scale: float,
     reason: ReasonMode,
+    verdicts: VerdictMode = "hard",
+    engine_name: str = "?",
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
     # No ground truth: score 0 and say so, without a model call.
@@ -225,8 +281,9 @@ def _steps(
             scorer=SCORER_ID,
             score=0.0,
             reason="No ground truth was given, so there are no claims to recall: score 0.",
-            preprocess_step_result={"claims": []},
+            preprocess_step_result={"claims": [], "duplicates_dropped": {"claims": 0}},
             analyze_step_result={"verdicts": []},
+            axes={"recall": 0.0, "recall_soft": 0.0},
         )
     if not isinstance(ground_truth, str):
         raise InputError(f"ground_truth: must be a string, got {type(ground_truth).__name__}")
@@ -234,39 +291,49 @@ def _steps(
     # The context: the extractor only for agent-shaped runs, else the static context.
     passages = _passages(input, output, context, context_extractor)
 
-    # Step 1: the ground truth's claims (one request per distinct ground truth).
+    # Step 1: the ground truth's claims (one request per distinct ground truth); a repeated
+    # claim is judged once.
     (extracted,) = yield [claims_request(ground_truth)]
     assert isinstance(extracted, Claims)
-    claims = list(extracted.claims)
+    claims, dropped = distinct(list(extracted.claims))
 
     # Step 2: attribution of each claim to the passages (no call without claims or passages).
-    verdicts: list[dict[str, Any]] = []
+    judged_verdicts: list[dict[str, Any]] = []
     if claims and passages:
         (judged,) = yield [attribution_request(passages, claims)]
         assert isinstance(judged, Attribution)
-        verdicts = match_verdicts(claims, judged.verdicts)
+        judged_verdicts = match_verdicts(claims, judged.verdicts)
     elif claims:
-        verdicts = match_verdicts(claims, [])
-        for v in verdicts:
-            v["reason"] = "the context has no passages"
+        judged_verdicts = match_verdicts(claims, [])
+        for v in judged_verdicts:
+            # No passage can support it: certain, without asking a judge.
+            v["reason"], v["p"] = "the context has no passages", 0.0
 
-    # Step 3: recall = attributed / claims, times the scale.
-    attributed = sum(v["attributed"] for v in verdicts)
-    score = attributed / len(claims) * scale if claims else 0.0
+    # Step 3: recall = attributed / claims (or the mean p), times the scale.
+    attributed = sum(v["attributed"] for v in judged_verdicts)
+    axes = {"recall": attributed / len(claims) if claims else 0.0}
+    soft = mean_p(judged_verdicts)
+    if soft is not None:
+        axes["recall_soft"] = soft
+    if verdicts == "soft" and soft is None:
+        raise SoftVerdictError("context_recall.attribution", engine_name)
+    recall = axes["recall" if verdicts == "hard" else "recall_soft"]
+    score = recall * scale
     if not claims:
         why = "The ground truth yields no claims to recall: score 0."
     elif reason == "model":
-        (written,) = yield [reason_request(verdicts, score)]
+        (written,) = yield [reason_request(judged_verdicts, score)]
         assert isinstance(written, Reason)
         why = written.reason
     else:
-        why = template_reason(score, verdicts, len(passages))
+        why = template_reason(score, judged_verdicts, len(passages), verdicts)
     return ScoreResult(
         scorer=SCORER_ID,
         score=score,
         reason=why,
-        preprocess_step_result={"claims": claims},
-        analyze_step_result={"verdicts": verdicts},
+        preprocess_step_result={"claims": claims, "duplicates_dropped": {"claims": dropped}},
+        analyze_step_result={"verdicts": judged_verdicts},
+        axes=axes,
     )
 
 

@@ -4,6 +4,19 @@ source's yes-questions answered from the summary alone; the score is the lower o
 Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.2):
 prompts, the factory, the three requests, the combination and the reason, and `_steps`, which
 runs one summary through them.
+
+Beyond the reference:
+
+- Soft verdicts. Every verdict carries `p`, the judge's probability of `true` (None when the
+  engine cannot read it). `axes` holds `alignment_soft` and `coverage_soft`, the mean `p` of
+  each list, beside the hard axes (absent when any `p` is missing). `verdicts="soft"` scores
+  `min(alignment_soft, coverage_soft) * scale`: a small judge that answers `true` almost
+  always still ranks summaries by how sure it is.
+- Duplicates are judged once. A claim or question identical to an earlier one after trimming
+  and case folding is dropped: questions before the coverage call, claims from the alignment
+  list before its axis is computed (the judge wrote them in one reply, so judged once means
+  counted once). `preprocessStepResult["duplicates_dropped"]` says how many:
+  `{"alignment": n, "questions": m}`.
 """
 
 from __future__ import annotations
@@ -22,13 +35,18 @@ from evalgpu.verdicts import (
     MAX_CLAIMS,
     REASON_CHARS,
     SUMMARY_REASON_CHARS,
+    VERDICT_MODES,
     Alignment,
     Coverage,
     CoverageVerdict,
     Questions,
     Reason,
+    SoftVerdictError,
+    VerdictMode,
     budget,
     coverage_schema,
+    distinct,
+    mean_p,
     questions_schema,
 )
 
@@ -79,6 +97,7 @@ def create_summarization_scorer(
     max_questions: int = 10,
     scale: float = 1.0,
     reason: ReasonMode = "template",
+    verdicts: VerdictMode = "hard",
 ) -> Scorer:
     """Create the summarization scorer.
 
@@ -90,6 +109,8 @@ def create_summarization_scorer(
         max_questions: the most coverage questions drawn from a source (>= 1).
         scale: the score lies in [0, scale] (> 0).
         reason: "template" builds the reason without a model call; "model" asks the judge.
+        verdicts: "hard" (the reference: shares of true verdicts) or "soft" (mean probability
+            of true; needs an engine that reads its logits, else each row is an error).
 
     Returns:
         A `Scorer` with id "summarization-scorer".
@@ -103,8 +124,11 @@ def create_summarization_scorer(
         raise ValueError(f"scale must be > 0, got {scale!r}")
     if reason not in ("template", "model"):
         raise ValueError(f"reason must be 'template' or 'model', got {reason!r}")
+    if verdicts not in VERDICT_MODES:
+        raise ValueError(f"verdicts must be 'hard' or 'soft', got {verdicts!r}")
     if source_extractor is not None and not callable(source_extractor):
         raise ValueError("source_extractor must be callable")
+    engine = resolve_engine(model)
     steps = partial(
         _steps,
         source=source,
@@ -112,17 +136,21 @@ def create_summarization_scorer(
         max_questions=max_questions,
         scale=scale,
         reason=reason,
+        verdicts=verdicts,
+        engine_name=engine.name,
     )
     options: dict[str, Any] = {"max_questions": max_questions, "scale": float(scale)}
     if reason != "template":
         options["reason"] = reason
+    if verdicts != "hard":
+        options["verdicts"] = verdicts
     if source is not None:
         options["source"] = digest(source)
     if source_extractor is not None:
         options["source_extractor"] = callable_name(source_extractor)
     return Scorer(
         SCORER_ID,
-        resolve_engine(model),
+        engine,
         steps,
         per_run_fields=frozenset({"source"}),
         fallbacks=frozenset({"source"} if source is not None else ()),
@@ -152,8 +180,11 @@ def questions_request(source: str, max_questions: int) -> JudgeRequest:
     )
 
 
-def coverage_request(summary: str, questions: list[str], max_questions: int) -> JudgeRequest:
-    """The questions answered from the summary alone: the source is not in this prompt."""
+def coverage_request(summary: str, questions: list[str]) -> JudgeRequest:
+    """The questions answered from the summary alone: the source is not in this prompt.
+
+    Its schema takes exactly one verdict per question (`coverage_schema(len(questions))`).
+    """
     # Questions before the summary: the coverage prompts of one source's summaries then share
     # a prefix, which engines with prefix caching compute once.
     listed = fence("questions", numbered(questions))
@@ -161,15 +192,18 @@ def coverage_request(summary: str, questions: list[str], max_questions: int) -> 
     return JudgeRequest(
         tag="summarization.coverage",
         messages=judge_chat(user),
-        schema=coverage_schema(max_questions),
-        max_tokens=budget(max_questions, CLAIM_CHARS + REASON_CHARS),
+        schema=coverage_schema(len(questions)),
+        max_tokens=budget(len(questions), CLAIM_CHARS + REASON_CHARS),
     )
 
 
 def reason_request(
     alignment: list[dict[str, Any]], coverage: list[dict[str, Any]], axes: dict[str, float]
 ) -> JudgeRequest:
-    """A model-written reason, from the verdicts only (`reason="model"`)."""
+    """A model-written reason, from the verdicts only (`reason="model"`).
+
+    `axes` are the ones that set the score: `{"alignment", "coverage"}`, hard or soft.
+    """
     claims = numbered(
         [f"{v['claim']} -> {'supported' if v['supported'] else 'NOT supported'}" for v in alignment]
     )
@@ -191,29 +225,52 @@ def reason_request(
 def match_coverage(questions: list[str], verdicts: list[CoverageVerdict]) -> list[dict[str, Any]]:
     """One coverage entry per question, matched by position.
 
-    A missing verdict counts as not answered; extra verdicts are ignored. Each entry carries
-    the question as it was asked, not the judge's copy of it.
+    The schema takes exactly one verdict per question, so the counts match; were they to
+    differ (an engine that returns an unvalidated reply), a missing verdict counts as not
+    answered and extra verdicts are ignored (docs/SEMANTICS.md §1.2). Each entry carries the
+    question as it was asked, not the judge's copy of it.
     """
     entries = []
     for i, question in enumerate(questions):
         if i < len(verdicts):
             v = verdicts[i]
-            entries.append({"question": question, "answered": v.answered, "reason": v.reason})
+            entries.append(
+                {"question": question, "answered": v.answered, "reason": v.reason, "p": v.p}
+            )
         else:
             entries.append(
-                {"question": question, "answered": False, "reason": "no verdict was returned"}
+                {
+                    "question": question,
+                    "answered": False,
+                    "reason": "no verdict was returned",
+                    "p": None,
+                }
             )
     return entries
 
 
 def combine(alignment: list[dict[str, Any]], coverage: list[dict[str, Any]]) -> dict[str, float]:
-    """Axis scores: supported / claims and answered / questions, 0 when there are none."""
+    """Axis scores: supported / claims and answered / questions, 0 when there are none.
+
+    With every verdict's `p` known, also `alignment_soft` and `coverage_soft`, the mean `p`.
+    """
     supported = sum(v["supported"] for v in alignment)
     answered = sum(v["answered"] for v in coverage)
-    return {
+    axes = {
         "alignment": supported / len(alignment) if alignment else 0.0,
         "coverage": answered / len(coverage) if coverage else 0.0,
     }
+    soft_alignment, soft_coverage = mean_p(alignment), mean_p(coverage)
+    if soft_alignment is not None and soft_coverage is not None:
+        axes["alignment_soft"], axes["coverage_soft"] = soft_alignment, soft_coverage
+    return axes
+
+
+def scoring_axes(axes: dict[str, float], verdicts: VerdictMode) -> dict[str, float]:
+    """The two axes that set the score: the hard ones, or the soft ones under their names."""
+    if verdicts == "hard":
+        return {"alignment": axes["alignment"], "coverage": axes["coverage"]}
+    return {"alignment": axes["alignment_soft"], "coverage": axes["coverage_soft"]}
 
 
 def template_reason(
@@ -221,12 +278,18 @@ def template_reason(
     axes: dict[str, float],
     alignment: list[dict[str, Any]],
     coverage: list[dict[str, Any]],
+    verdicts: VerdictMode = "hard",
 ) -> str:
-    """Name the axis that set the score (both on a tie), both axis scores, and what is behind."""
+    """Name the axis that set the score (both on a tie), both axis scores, and what is behind.
+
+    `axes` are the scoring axes (`scoring_axes`); the first line says which verdicts made them.
+    """
     a, c = axes["alignment"], axes["coverage"]
     limiting = ["alignment"] if a < c else ["coverage"] if c < a else ["alignment", "coverage"]
+    how = "hard verdicts" if verdicts == "hard" else "soft verdicts, mean p(true)"
     lines = [
-        f"Score {score:.2f}, set by {' and '.join(limiting)} (alignment {a:.2f}, coverage {c:.2f})."
+        f"Score {score:.2f} ({how}), set by {' and '.join(limiting)} "
+        f"(alignment {a:.2f}, coverage {c:.2f})."
     ]
     if "alignment" in limiting:
         unsupported = [v for v in alignment if not v["supported"]]
@@ -235,7 +298,7 @@ def template_reason(
         elif unsupported:
             lines.append(
                 f"Unsupported claims ({len(unsupported)} of {len(alignment)}): "
-                + "; ".join(f'"{v["claim"]}" ({v["reason"]})' for v in unsupported)
+                + "; ".join(f'"{v["claim"]}" ({v["reason"]}{_p(v)})' for v in unsupported)
             )
         else:
             lines.append(f"All {len(alignment)} claims are supported by the source.")
@@ -246,22 +309,33 @@ def template_reason(
         elif missed:
             lines.append(
                 f"Unanswered questions ({len(missed)} of {len(coverage)}): "
-                + "; ".join(f'"{v["question"]}"' for v in missed)
+                + "; ".join(f'"{v["question"]}"{_p(v, " (", ")")}' for v in missed)
             )
         else:
             lines.append(f"All {len(coverage)} questions are answered by the summary.")
     return "\n".join(lines)
 
 
+def _p(verdict: dict[str, Any], before: str = "; ", after: str = "") -> str:
+    return "" if verdict.get("p") is None else f"{before}p={verdict['p']:.2f}{after}"
+
+
 def empty_summary_result() -> ScoreResult:
-    """A blank summary's result: score 0, both axes 0 (no claims, no answers), no judge call."""
+    """A blank summary's result: score 0, every axis 0 (no claims, no answers), no judge call.
+
+    The soft axes are 0 too (certain, not read from a judge), so `verdicts="soft"` scores it 0.
+    """
     return ScoreResult(
         scorer=SCORER_ID,
         score=0.0,
         reason="The summary is empty (blank after trimming), so it states nothing: score 0.",
-        preprocess_step_result={"alignment": [], "questions": []},
+        preprocess_step_result={
+            "alignment": [],
+            "questions": [],
+            "duplicates_dropped": {"alignment": 0, "questions": 0},
+        },
         analyze_step_result={"coverage": []},
-        axes={"alignment": 0.0, "coverage": 0.0},
+        axes={"alignment": 0.0, "coverage": 0.0, "alignment_soft": 0.0, "coverage_soft": 0.0},
     )
 
 
@@ -275,6 +349,8 @@ def _steps(
     max_questions: int,
     scale: float,
     reason: ReasonMode,
+    verdicts: VerdictMode = "hard",
+    engine_name: str = "?",
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
     # The summary: the last assistant message with text (plain run: the output string).
@@ -320,30 +396,42 @@ def _steps(
     # Step 1: alignment and questions. Both see the source; neither waits for the other.
     judged, asked = yield [alignment_request(text, summary), questions_request(text, max_questions)]
     assert isinstance(judged, Alignment) and isinstance(asked, Questions)
-    alignment = [v.model_dump() for v in judged.alignment]
-    questions = list(asked.questions)
+    # A repeated claim or question is judged once (see the module docstring).
+    claims, claims_dropped = distinct(judged.alignment, key=lambda v: v.claim)
+    alignment = [
+        {"claim": v.claim, "supported": v.supported, "reason": v.reason, "p": v.p} for v in claims
+    ]
+    questions, questions_dropped = distinct(list(asked.questions))
 
     # Step 2: coverage, from the summary alone (no call when the source gave no questions).
     coverage: list[dict[str, Any]] = []
     if questions:
-        (answers,) = yield [coverage_request(summary, questions, max_questions)]
+        (answers,) = yield [coverage_request(summary, questions)]
         assert isinstance(answers, Coverage)
         coverage = match_coverage(questions, answers.coverage)
 
     # Step 3: the score is the lower axis, times the scale.
     axes = combine(alignment, coverage)
-    score = min(axes["alignment"], axes["coverage"]) * scale
+    if verdicts == "soft" and "alignment_soft" not in axes:
+        step = "alignment" if mean_p(alignment) is None else "coverage"
+        raise SoftVerdictError(f"summarization.{step}", engine_name)
+    scoring = scoring_axes(axes, verdicts)
+    score = min(scoring["alignment"], scoring["coverage"]) * scale
     if reason == "model":
-        (written,) = yield [reason_request(alignment, coverage, axes)]
+        (written,) = yield [reason_request(alignment, coverage, scoring)]
         assert isinstance(written, Reason)
         why = written.reason
     else:
-        why = template_reason(score, axes, alignment, coverage)
+        why = template_reason(score, scoring, alignment, coverage, verdicts)
     return ScoreResult(
         scorer=SCORER_ID,
         score=score,
         reason=why,
-        preprocess_step_result={"alignment": alignment, "questions": questions},
+        preprocess_step_result={
+            "alignment": alignment,
+            "questions": questions,
+            "duplicates_dropped": {"alignment": claims_dropped, "questions": questions_dropped},
+        },
         analyze_step_result={"coverage": coverage},
         axes=axes,
     )
