@@ -357,3 +357,10 @@ def test_the_tiny_model_on_real_rows(cluster: str, tmp_path: Path) -> None:
         assert r["usage"]["calls"] >= 1 or r["error"]
     summary = json.loads(outcome.summary_path.read_text())
     assert summary["engine"].startswith("transformers")
+
+
+def test_importing_evalgpu_does_not_import_ray() -> None:
+    code = "import sys, evalgpu, evalgpu.cli, evalgpu.distributed; print('ray' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
