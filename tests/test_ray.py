@@ -24,8 +24,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from evalgpu import cli  # noqa: E402
+from evalgpu.chunks import read_chunks  # noqa: E402
 from evalgpu.data import RowError  # noqa: E402
-from evalgpu.distributed import read_chunks, run_ray  # noqa: E402
+from evalgpu.distributed import run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
 from evalgpu.storage import SCORED, Ledger  # noqa: E402
