@@ -26,7 +26,7 @@ ray = pytest.importorskip("ray")
 from evalgpu import cli  # noqa: E402
 from evalgpu.chunks import read_chunks  # noqa: E402
 from evalgpu.data import RowError  # noqa: E402
-from evalgpu.distributed import run_ray  # noqa: E402
+from evalgpu.distributed import layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
 from evalgpu.storage import SCORED, Ledger  # noqa: E402
@@ -287,6 +287,16 @@ def test_kill_9_of_the_driver_then_a_rerun_scores_every_row_once(
     found = by_key(records(out))  # asserts each (row, scorer) once
     assert sorted(k[1] for k in found) == list(range(1, rows + 1))
     assert all(r["error"] is None for r in found.values())
+
+
+def test_replicas_default_to_one_per_gpu(tmp_path: Path) -> None:
+    data = write_data(tmp_path)[:1]
+    vllm = settings(data, tmp_path / "o", backend="vllm")
+    assert layout(vllm, 8) == (8, 1)  # one replica per GPU
+    assert layout(vllm, 8, gpus_per_replica=2) == (4, 2)  # tensor_parallel_size = 2
+    assert layout(vllm, 8, replicas=3) == (3, 1)
+    assert layout(vllm, 0) == (1, 0)  # no GPU: one replica, on CPUs
+    assert layout(settings(data, tmp_path / "o"), 8) == (1, 0)  # the scripted judge
 
 
 def test_cli_flags(

@@ -43,7 +43,7 @@ from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.storage import Ledger, Record
 from evalgpu.sweep import Outcome, Progress, Sweep
 
-__all__ = ["Replica", "run_ray"]
+__all__ = ["Replica", "layout", "run_ray"]
 
 
 @dataclass
@@ -162,6 +162,22 @@ def _gpus_per_replica(model: str | None) -> int:
     return size if isinstance(size, int) and size >= 1 else 1
 
 
+def layout(
+    settings: RunSettings,
+    cluster_gpus: int,
+    replicas: int | None = None,
+    gpus_per_replica: int | None = None,
+) -> tuple[int, int]:
+    """(replicas, GPUs per replica) on a cluster with `cluster_gpus` GPUs (see `run_ray`)."""
+    if gpus_per_replica is None:
+        # The scripted judge (rules, no model) needs no GPU, wherever it runs.
+        on_gpu = cluster_gpus > 0 and settings.backend != "scripted"
+        gpus_per_replica = _gpus_per_replica(settings.model) if on_gpu else 0
+    if replicas is None:
+        replicas = max(1, cluster_gpus // gpus_per_replica) if gpus_per_replica else 1
+    return replicas, gpus_per_replica
+
+
 def run_ray(
     sweep: Sweep,
     *,
@@ -183,7 +199,8 @@ def run_ray(
         replicas: engine replicas, one actor each; None: one per GPU of the cluster (divided
             by `gpus_per_replica`), 1 where the cluster has none.
         gpus_per_replica: GPUs each replica holds; None: the preset's vLLM
-            `tensor_parallel_size` (else 1) where the cluster has GPUs, 0 where it has none.
+            `tensor_parallel_size` (else 1) where the cluster has GPUs, 0 where it has none
+            (and for the scripted backend).
         on_progress: called after each chunk (rows done / total, rows/s, output tokens/s over
             all replicas).
         on_error: called with each failed record's error message.
@@ -252,11 +269,9 @@ def _drive(
     notice: Callable[[str], None],
 ) -> Outcome:
     report = on_progress or (lambda _: None)
-    cluster_gpus = int(ray.cluster_resources().get("GPU", 0))
-    if gpus_per_replica is None:
-        gpus_per_replica = _gpus_per_replica(settings.model) if cluster_gpus else 0
-    if replicas is None:
-        replicas = max(1, cluster_gpus // gpus_per_replica) if gpus_per_replica else 1
+    replicas, gpus_per_replica = layout(
+        settings, int(ray.cluster_resources().get("GPU", 0)), replicas, gpus_per_replica
+    )
 
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
