@@ -165,6 +165,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--skip-sequential", action="store_true", help="(b) is the slow one")
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="instead: the same rows as local and as Ray sweeps (scripts/bench_ray.py)",
+    )
+    parser.add_argument("--replicas", type=int, default=2, help="with --ray (default: 2)")
+    parser.add_argument("--chunk-size", type=int, default=16, help="with --ray (default: 16)")
+    parser.add_argument(
+        "--synthetic",
+        type=int,
+        metavar="N",
+        help="with --ray: N generated rows instead of FRANK's (for the scripted engine)",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="with --ray: row counts to time (default: rows/8 and rows)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         # The 5 summaries of one article. Not the first article: on it the default model
@@ -174,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         # The tiny preset: --quick measures batching, not judging, in minutes on a CPU.
         args.model = args.model or "smollm2-135m-instruct"
 
+    if args.ray:
+        return ray_main(args)
     rows = load_rows(args.data, args.rows, args.docs, args.first_doc)
     engine = load_engine(args.model, backend=args.backend, **engine_options(args.engine_option))
     print(
@@ -254,6 +276,31 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "a_over_b" in ratios:
         print(f"speedup batched/sequential: {ratios['a_over_b']:.2f}")
+    return 0
+
+
+def ray_main(args: argparse.Namespace) -> int:
+    """`--ray`: local vs Ray sweeps of the same rows (scripts/bench_ray.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_ray
+
+    if args.synthetic:
+        rows = bench_ray.synthetic_rows(args.synthetic)
+    else:
+        rows = load_rows(args.data, args.rows, args.docs, args.first_doc)
+    result = bench_ray.compare(
+        rows,
+        model=args.model,
+        backend=args.backend,
+        replicas=args.replicas,
+        max_questions=args.max_questions,
+        chunk_size=args.chunk_size,
+        sizes=args.sizes or [max(1, len(rows) // 8), len(rows)],
+    )
+    print(bench_ray.table(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

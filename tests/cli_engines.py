@@ -75,3 +75,36 @@ def flaky(model: Any = None, **options: Any) -> FlakyEngine:
 
 def troubled(model: Any = None, **options: Any) -> TroubledEngine:
     return TroubledEngine(model, **options)
+
+
+class BrokenEngine(ScriptedEngine):
+    """A judge that breaks its contract (no replies at all) on any prompt that says BOOM."""
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        if any("BOOM" in m["content"] for r in requests for m in r.messages):
+            return []
+        return super().generate(requests)
+
+
+def broken(model: Any = None, **options: Any) -> BrokenEngine:
+    return BrokenEngine(model, **options)
+
+
+class CrashingEngine(ScriptedEngine):
+    """A judge whose process dies (as from an out-of-memory kill) on its first call after the
+    file named by `EVALGPU_TEST_CRASH` is created... once: it deletes the file first."""
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        marker = os.environ.get("EVALGPU_TEST_CRASH")
+        if marker:
+            try:
+                os.remove(marker)
+            except FileNotFoundError:
+                pass
+            else:
+                os._exit(1)
+        return super().generate(requests)
+
+
+def crashing(model: Any = None, **options: Any) -> CrashingEngine:
+    return CrashingEngine(model, **options)

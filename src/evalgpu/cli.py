@@ -9,6 +9,7 @@ scored, the model did not load), 2 for a usage error (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -32,6 +33,8 @@ examples:
   {PROG} run outputs.csv --scorer summarization --map summary=model_output --out runs/csv
   {PROG} run big.parquet --scorer summarization --scorer context-recall \\
       --model qwen2.5-7b-instruct --backend vllm --chunk-size 512 --out runs/big
+  {PROG} run big.parquet --scorer summarization --model qwen2.5-7b-instruct \\
+      --ray --ray-address 10.0.0.1:6379 --out runs/big      # docs/SCALE.md
 
 Rows: JSON Lines, JSON (an array), CSV or Parquet, by extension. Fields: id, source,
 summary (or output), input (the question, or agent-shaped messages), ground_truth, context
@@ -131,6 +134,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--limit", type=int, metavar="N", help="read at most N rows in all")
     run.add_argument(
+        "--ray",
+        action="store_true",
+        help='score on a Ray cluster, one engine replica per actor (pip install "evalgpu[ray]")',
+    )
+    run.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --ray: the cluster to join (default: RAY_ADDRESS, else a local cluster)",
+    )
+    run.add_argument(
+        "--replicas",
+        type=int,
+        metavar="N",
+        help="with --ray: engine replicas (default: one per GPU of the cluster, 1 without)",
+    )
+    run.add_argument(
         "--progress",
         choices=["auto", "bar", "lines", "off"],
         default="auto",
@@ -213,6 +232,12 @@ def _settings(args: argparse.Namespace) -> RunSettings:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if not args.ray and (args.ray_address is not None or args.replicas is not None):
+        return _fail("run", "--ray-address and --replicas need --ray", 2)
+    if args.replicas is not None and args.replicas < 1:
+        return _fail("run", f"replicas must be >= 1, got {args.replicas}", 2)
+    if args.ray and importlib.util.find_spec("ray") is None:
+        return _fail("run", '--ray needs Ray: pip install "evalgpu[ray]"', 2)
     try:
         settings = _settings(args)
         sweep = open_sweep(settings)
@@ -223,18 +248,32 @@ def _run(args: argparse.Namespace) -> int:
     with sweep:
         from evalgpu.engines import load_engine
 
-        try:
-            engine = load_engine(settings.model, backend=settings.backend)
-        except Exception as exc:
-            return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
+        engine = None
+        if not args.ray:
+            try:
+                engine = load_engine(settings.model, backend=settings.backend)
+            except Exception as exc:
+                return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
         console = _Console(sys.stderr, args.progress)
         try:
-            outcome = sweep.run(
-                engine,
-                on_progress=console.progress,
-                on_error=console.error,
-                on_notice=console.notice,
-            )
+            if engine is None:
+                from evalgpu.distributed import run_ray
+
+                outcome = run_ray(
+                    sweep,
+                    address=args.ray_address,
+                    replicas=args.replicas,
+                    on_progress=console.progress,
+                    on_error=console.error,
+                    on_notice=console.notice,
+                )
+            else:
+                outcome = sweep.run(
+                    engine,
+                    on_progress=console.progress,
+                    on_error=console.error,
+                    on_notice=console.notice,
+                )
         except KeyboardInterrupt:
             console.finish()
             print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)

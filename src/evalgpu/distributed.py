@@ -1,0 +1,366 @@
+"""Sweeps on a Ray cluster (`run --ray`): the local run's records, scored by N engine replicas.
+
+The output folder is prepared exactly as for a local run (`open_sweep`: lock, config, resume
+ledger). Then one Ray Data pipeline streams the work:
+
+    read: one task on the driver's node, `evalgpu.chunks.read_chunks` (evalgpu's own
+          readers: the same row numbers, field mapping and bad-row records as a local run;
+          rows already scored are skipped)
+      -> chunks of about `chunk_size` rows, cut where the source changes
+      -> map_batches(Replica, batch_size=1, compute=ActorPoolStrategy(size=N))
+      -> the driver, which appends each chunk's records to results.jsonl as it arrives.
+
+Why not `ray.data.read_json` / `read_csv` / `read_parquet`: they number, parse and type rows
+their own way (Arrow schema inference across rows, no line numbers, a bad line fails the read),
+so records would differ from a local run's. The judge, not the reader, is the bottleneck.
+
+Each `Replica` actor loads the engine once and runs the scorers' full step pipeline over one
+chunk at a time with the local run's `Driver.score_chunk` and one `Runner`: every wave of the
+chunk is one `generate()`, and a source's questions are asked once per chunk (and cached
+across the actor's chunks). Only the driver writes: a chunk's records reach the file when the
+chunk is done, flushed and fsync'ed, so a `kill -9` of the driver loses at most the chunks in
+flight, and a record whose (row, scorer) already has a success is never written (a chunk
+retried after an actor died, or delivered twice, adds nothing).
+
+Ray is imported only here, and only when a run asks for it (`pip install -e ".[ray]"`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from evalgpu.chunks import Chunk, ReadNotes, read_chunks
+from evalgpu.driver import Driver, make_record
+from evalgpu.results import ScoreResult
+from evalgpu.runner import WaveStats
+from evalgpu.settings import SCORERS, RunSettings
+from evalgpu.storage import Ledger, Record
+from evalgpu.sweep import Outcome, Progress, Sweep
+
+__all__ = ["Replica", "layout", "run_ray"]
+
+
+@dataclass
+class Scored:
+    """What a replica sends back for one chunk."""
+
+    records: list[Record]
+    rows: int
+    notes: ReadNotes
+    output_tokens: int
+    engine: str
+
+
+class Replica:
+    """The `map_batches` class: one engine replica, scoring one chunk per call.
+
+    Ray Data builds one per actor of the pool (`__init__` loads the engine once, with the
+    run's model and backend) and calls it with batches of pickled `Chunk`s; it returns
+    pickled `Scored`s, in the same order.
+
+    Args:
+        settings: the run.
+        files: file names as records carry them (the folder's: a resume keeps the first run's).
+    """
+
+    def __init__(self, settings: RunSettings, files: list[str]) -> None:
+        from evalgpu.engines import load_engine
+
+        engine = load_engine(settings.model, backend=settings.backend)
+        self.name = str(getattr(engine, "name", type(engine).__name__))
+        self.ids = [SCORERS[name] for name in settings.scorers]
+        self.output_tokens = 0
+        self.driver = Driver(
+            settings.build_scorers(engine),
+            mapping=settings.mapping,
+            files=files,
+            on_wave=self._wave,
+        )
+
+    def _wave(self, wave: WaveStats) -> None:
+        self.output_tokens += wave.output_tokens
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
+        out = []
+        for blob in batch["chunk"]:
+            chunk: Chunk = pickle.loads(blob)
+            before = self.output_tokens
+            records = self.score(chunk) if chunk.rows else []
+            scored = Scored(
+                records=records,
+                rows=len(chunk.rows),
+                notes=chunk.notes,
+                output_tokens=self.output_tokens - before,
+                engine=self.name,
+            )
+            out.append(pickle.dumps(scored))
+        return {"chunk": out}
+
+    def score(self, chunk: Chunk) -> list[Record]:
+        """The chunk's records (`Driver.score_chunk`).
+
+        Whatever escapes the driver (an engine that breaks its contract) becomes the error
+        record of every (row, scorer) of the chunk still to score, so that the run goes on,
+        as it does past a failing row; the chunk is retried by the next run.
+        """
+
+        def done(file: int, row: int, scorer: str) -> bool:
+            return (file, row, scorer) in chunk.done
+
+        try:
+            return self.driver.score_chunk(chunk.rows, done)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            records = []
+            for row in chunk.rows:
+                ident, _ = self.driver.reader.id(row)
+                label = self.driver.label(row, ident)
+                for sid in self.ids:
+                    if done(row.file, row.number, sid):
+                        continue
+                    base = {
+                        "row": row.number,
+                        "id": ident,
+                        "file": self.driver.files[row.file],
+                        "scorer": sid,
+                    }
+                    result = ScoreResult(
+                        scorer=sid, error=f"{label}: {message}", error_kind="engine"
+                    )
+                    records.append(make_record(base, result))
+            return records
+
+
+def _read(
+    batch: dict[str, Any], settings: RunSettings, files: list[str], ledger: Ledger
+) -> Iterator[dict[str, list[bytes]]]:
+    """The read task: one input item in, the run's chunks out, one batch each (streamed)."""
+    for chunk in read_chunks(settings, files, ledger):
+        yield {"chunk": [pickle.dumps(chunk)]}
+
+
+def _forwarded_env() -> dict[str, str]:
+    """The driver's EVALGPU_* variables (the models folder, test knobs), for the workers."""
+    return {k: v for k, v in os.environ.items() if k.startswith("EVALGPU_")}
+
+
+def _gpus_per_replica(model: str | None) -> int:
+    """GPUs one replica holds: the preset's vLLM `tensor_parallel_size`, else 1."""
+    from evalgpu.models import preset_for
+
+    try:
+        preset = preset_for(model)
+    except (OSError, ValueError):
+        preset = None
+    size = preset.engine_options("vllm").get("tensor_parallel_size", 1) if preset else 1
+    return size if isinstance(size, int) and size >= 1 else 1
+
+
+def layout(
+    settings: RunSettings,
+    cluster_gpus: int,
+    replicas: int | None = None,
+    gpus_per_replica: int | None = None,
+) -> tuple[int, int]:
+    """(replicas, GPUs per replica) on a cluster with `cluster_gpus` GPUs (see `run_ray`)."""
+    if gpus_per_replica is None:
+        # The scripted judge (rules, no model) needs no GPU, wherever it runs.
+        on_gpu = cluster_gpus > 0 and settings.backend != "scripted"
+        gpus_per_replica = _gpus_per_replica(settings.model) if on_gpu else 0
+    if replicas is None:
+        replicas = max(1, cluster_gpus // gpus_per_replica) if gpus_per_replica else 1
+    return replicas, gpus_per_replica
+
+
+def run_ray(
+    sweep: Sweep,
+    *,
+    address: str | None = None,
+    replicas: int | None = None,
+    gpus_per_replica: int | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
+) -> Outcome:
+    """Score what `sweep` still lacks on a Ray cluster; write `summary.json` as `Sweep.run` does.
+
+    Args:
+        sweep: an output folder opened with `open_sweep(settings)`: locked, its configuration
+            checked, what is done read.
+        address: the cluster (`ray start --head` prints it); None: `RAY_ADDRESS`, else a
+            local cluster started here and shut down at the end. A process already connected
+            (`ray.init` before the call) keeps its connection.
+        replicas: engine replicas, one actor each; None: one per GPU of the cluster (divided
+            by `gpus_per_replica`), 1 where the cluster has none.
+        gpus_per_replica: GPUs each replica holds; None: the preset's vLLM
+            `tensor_parallel_size` (else 1) where the cluster has GPUs, 0 where it has none
+            (and for the scripted backend).
+        on_progress: called after each chunk (rows done / total, rows/s, output tokens/s over
+            all replicas).
+        on_error: called with each failed record's error message.
+        on_notice: called with each file that cannot be read (or stops partway) and each id
+            that repeats an earlier row's (named once), as a local run does.
+
+    Raises:
+        ImportError: Ray is not installed (`pip install "evalgpu[ray]"`).
+        ValueError: `replicas` or `gpus_per_replica` is out of range, or `sweep` was not
+            opened from settings.
+    """
+    if replicas is not None and (
+        isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1
+    ):
+        raise ValueError(f"replicas must be >= 1, got {replicas!r}")
+    if gpus_per_replica is not None and (
+        isinstance(gpus_per_replica, bool)
+        or not isinstance(gpus_per_replica, int)
+        or gpus_per_replica < 0
+    ):
+        raise ValueError(f"gpus_per_replica must be >= 0, got {gpus_per_replica!r}")
+    if sweep.settings is None:
+        raise ValueError("run_ray needs a sweep opened from settings (open_sweep)")
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise ImportError(f'--ray needs Ray: pip install "evalgpu[ray]" ({exc})') from exc
+
+    started = not ray.is_initialized()
+    if started:
+        env = _forwarded_env()
+        options: dict[str, Any] = {}
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            options["include_dashboard"] = False  # a cluster of this run alone: keep it light
+        ray.init(
+            address=address,
+            logging_level=logging.WARNING,
+            runtime_env={"env_vars": env} if env else None,
+            **options,
+        )
+    try:
+        return _drive(
+            sweep,
+            sweep.settings,
+            ray,
+            replicas,
+            gpus_per_replica,
+            on_progress,
+            on_error,
+            on_notice or (lambda _: None),
+        )
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _drive(
+    sweep: Sweep,
+    settings: RunSettings,
+    ray: Any,
+    replicas: int | None,
+    gpus_per_replica: int | None,
+    on_progress: Callable[[Progress], None] | None,
+    on_error: Callable[[str], None] | None,
+    notice: Callable[[str], None],
+) -> Outcome:
+    report = on_progress or (lambda _: None)
+    replicas, gpus_per_replica = layout(
+        settings, int(ray.cluster_resources().get("GPU", 0)), replicas, gpus_per_replica
+    )
+
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+    # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
+    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
+    # A dataset keeps a copy of the context it was built under: set ours, build, put it back.
+    context = ray.data.DataContext.get_current()
+    ours = {
+        "enable_progress_bars": False,  # the driver reports progress its own way
+        "print_on_execution_start": False,
+        # Every chunk its own block: Ray would otherwise merge the read's small outputs into
+        # one block (up to 128 MiB): no chunk would reach a replica before the file is read.
+        "target_max_block_size": 1,
+    }
+    saved = {key: getattr(context, key) for key in ours}
+    try:
+        for key, value in ours.items():
+            setattr(context, key, value)
+        dataset = _pipeline(ray, sweep, settings, replicas, gpus_per_replica)
+    finally:
+        for key, value in saved.items():
+            setattr(context, key, value)
+
+    progress = sweep.progress
+    names: list[str] = []
+    for item in dataset.iter_rows():
+        scored: Scored = pickle.loads(item["chunk"])
+        names.append(scored.engine)
+        notes = scored.notes
+        for message in notes.file_errors:
+            sweep.file_errors.append(message)
+            notice(message)
+        for message in notes.notices:
+            notice(message)
+        if notes.repeats is not None:
+            sweep.repeats = notes.repeats
+        # A (row, scorer) with a success already (a chunk delivered twice) adds nothing.
+        fresh = [r for r in scored.records if not _done(sweep, r)]
+        sweep.add_chunk(scored.rows, fresh, on_error=on_error)
+        progress.rows_done += notes.skipped
+        progress.resumed += notes.skipped
+        progress.output_tokens += scored.output_tokens
+        report(progress)
+    sweep.engine_name = ", ".join(dict.fromkeys(names)) or None
+    summary_path = sweep.finish(chunk_size=settings.chunk_size, limit=settings.limit)
+    totals = [sweep.aggregator.counts(sid) for sid in sweep.ids]
+    return Outcome(
+        progress=progress,
+        total_scored=sum(t[0] for t in totals),
+        total_failed=sum(t[1] for t in totals),
+        file_errors=sweep.file_errors,
+        summary_path=summary_path,
+        repeated_ids=sweep.repeats.count,
+    )
+
+
+def _pipeline(
+    ray: Any, sweep: Sweep, settings: RunSettings, replicas: int, gpus_per_replica: int
+) -> Any:
+    """read -> chunks -> map_batches(Replica, ActorPoolStrategy(size=replicas))."""
+    env = _forwarded_env()
+    runtime_env = {"env_vars": env} if env else None
+    return (
+        ray.data.from_items([{"start": 0}])
+        .map_batches(
+            _read,
+            batch_size=1,
+            fn_kwargs={
+                "settings": settings,
+                "files": sweep.files,
+                "ledger": sweep.aggregator.ledger,
+            },
+            # The files were hashed on this node; the read runs where they are.
+            label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
+            num_cpus=0,
+            runtime_env=runtime_env,
+        )
+        .map_batches(
+            Replica,
+            batch_size=1,
+            fn_constructor_kwargs={"settings": settings, "files": sweep.files},
+            compute=ray.data.ActorPoolStrategy(size=replicas),
+            num_cpus=1,
+            num_gpus=gpus_per_replica,
+            runtime_env=runtime_env,
+        )
+    )
+
+
+def _done(sweep: Sweep, record: Record) -> bool:
+    file = sweep.aggregator.ledger.file_index(record)
+    return file >= 0 and sweep.done(file, record["row"], record["scorer"])
