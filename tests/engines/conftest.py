@@ -43,8 +43,8 @@ def vllm_default() -> Engine:
     )
     if current_platform.is_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        return VLLMEngine(model, dtype="float32", enforce_eager=True, max_model_len=2048)
-    return VLLMEngine(model, enforce_eager=True, max_model_len=2048, gpu_memory_utilization=0.2)
+        return VLLMEngine(model, dtype="float32", enforce_eager=True, max_model_len=4096)
+    return VLLMEngine(model, enforce_eager=True, max_model_len=4096, gpu_memory_utilization=0.2)
 
 
 def _has_vllm() -> bool:

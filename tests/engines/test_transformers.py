@@ -411,3 +411,25 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
     for t, f in recomputed:
         assert t + f == pytest.approx(1.0, abs=1e-12)  # renormalised over the two literals
     assert logits.dtype == torch.float32  # the output layer runs in float32
+
+
+@pytest.mark.slow
+def test_chunked_prefill_gives_the_replies_of_one_pass(smollm2):
+    # Chunks of 48 tokens: every prompt here (~200-300 tokens) is prefilled in several chunks,
+    # its shared prefix too, and a group's tails in chunks of 48 / rows columns. bfloat16
+    # (the CPU default) rounds differently in chunks; float32 is the reference.
+    engine = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32")
+    requests = [
+        alignment_request(SOURCE, SUMMARY),
+        questions_request(SOURCE, 2),
+        alignment_request(SOURCE, "The bridge opened in 1950."),
+        claims_request(ANSWER),
+    ]
+    requests = [JudgeRequest(r.tag, r.messages, r.schema, 60) for r in requests]
+    whole = engine.generate(requests)
+    engine.prefill_chunk = 48
+    chunked = engine.generate(requests)
+    assert max(r.prompt_tokens for r in whole) > 4 * 48
+    assert [r.text for r in chunked] == [r.text for r in whole]
+    assert [r.output_tokens for r in chunked] == [r.output_tokens for r in whole]
+    assert sum(r.cached_tokens for r in chunked) > 0

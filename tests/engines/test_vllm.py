@@ -54,10 +54,10 @@ def engine() -> Iterator[VLLMEngine]:
     if on_cpu():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         # A CPU build has fast kernels for float32 only; compiling the model takes minutes.
-        engine = VLLMEngine(MODEL, dtype="float32", enforce_eager=True, max_model_len=2048)
+        engine = VLLMEngine(MODEL, dtype="float32", enforce_eager=True, max_model_len=4096)
     else:
         engine = VLLMEngine(
-            MODEL, enforce_eager=True, max_model_len=2048, gpu_memory_utilization=0.2
+            MODEL, enforce_eager=True, max_model_len=4096, gpu_memory_utilization=0.2
         )
     yield engine
     engine.close()  # now, while pytest still captures vLLM's shutdown log
@@ -89,7 +89,7 @@ def test_one_batch_with_two_schemas(engine):
 
 
 def test_a_prompt_longer_than_the_model_fails_alone(engine):
-    too_long = claims_request("The river is long. " * 700)  # > max_model_len=2048 tokens
+    too_long = claims_request("The river is long. " * 1400)  # > max_model_len=4096 tokens
     replies = engine.generate([too_long, questions_request(SOURCE, 3)])
     assert replies[0].parsed is None
     assert replies[0].error is not None
@@ -100,7 +100,7 @@ def test_a_prompt_longer_than_the_model_fails_alone(engine):
 
 
 def test_it_counts_tokens_for_the_context_length_check(engine):
-    assert engine.max_model_len == 2048
+    assert engine.max_model_len == 4096
     assert engine.count_tokens("") == 0
     assert 0 < engine.count_tokens("The Golden Gate Bridge opened in 1937.") < 20
 

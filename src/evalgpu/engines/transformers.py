@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from evalgpu.engines._compute import COMPUTES, DEFAULT_THREADS, load_model, resolve_compute
 from evalgpu.engines._constraint import Grammars
 from evalgpu.engines._decode import Decoder, Slot, literal_masks
+from evalgpu.engines._heap import map_large_blocks
 from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
@@ -71,8 +72,12 @@ class TransformersEngine:
         chat_template_kwargs: extra variables for the chat template (Qwen3's
             `enable_thinking=False`).
         seed: set before every wave (decoding is greedy; the seed pins any tie-breaking).
-        prefill_tokens: padded prompt tokens prefilled in one forward pass (bounds the memory
-            of admitting many long prompts at once).
+        prefill_tokens: padded prompt tokens of one prefill group (its rows x its longest
+            remainder after the shared prefix): bounds the KV cache copied per group.
+        prefill_chunk: tokens of one prefill forward pass: a longer prompt (or group) is
+            computed in chunks appended to the KV cache, so that activations and attention
+            scores are bounded by chunk x length, not length x length (see
+            `evalgpu.engines._decode.chunk_spans`). Replies are the same up to float rounding.
     """
 
     name = "transformers"
@@ -91,11 +96,14 @@ class TransformersEngine:
         chat_template_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
         prefill_tokens: int = 8192,
+        prefill_chunk: int = 1024,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if compute not in COMPUTES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {compute!r}")
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         import torch
@@ -106,11 +114,13 @@ class TransformersEngine:
         self.threads = threads or DEFAULT_THREADS
         if self.device == "cpu":
             torch.set_num_threads(self.threads)
+            map_large_blocks()  # KV caches reallocated every step: see evalgpu.engines._heap
         torch_dtype = getattr(torch, "float32" if self.compute == "int8" else self.compute)
         self.model_path = str(model_path)
         self.batch_size = batch_size
         self.seed = seed
         self.prefill_tokens = prefill_tokens
+        self.prefill_chunk = prefill_chunk
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer: Any = cast(Any, AutoTokenizer.from_pretrained(model_path))
         self.tokenizer.padding_side = "left"
@@ -236,6 +246,7 @@ class TransformersEngine:
             cache_arg=self._cache_arg,
             batch_size=self.batch_size,
             prefill_tokens=self.prefill_tokens,
+            prefill_chunk=self.prefill_chunk,
             seed=self.seed,
             literals=self._literal_masks()
             if any(has_soft_verdicts(r.schema) for r in requests)

@@ -1,0 +1,174 @@
+"""Peak memory and speed of the transformers engine on one wave of real judge requests.
+
+Two waves, each in a fresh subprocess (so that one's peak does not hide the other's):
+
+- `frank`: the alignment and questions requests of the first 8 sources of
+  benchmarks/data/frank_dev.jsonl (16 requests, articles of ~1,000 tokens);
+- `attribution`: attribution requests of the 16 rows of benchmarks/data/attribution_dev.jsonl
+  with the longest contexts (the ground truth cut into sentences stands in for its claims).
+
+Each child samples its own resident memory (/proc/self/status VmRSS) every 50 ms, reports
+the peak (and `ru_maxrss`) after loading and after the wave, and aborts the wave above
+`--abort-gb` (so that a regression cannot take the machine down). `--max-tokens` caps each
+request's reply budget: the prefill and the KV cache, not the reply length, set the peak, and
+a cap keeps a run short.
+
+    .venv/bin/python scripts/bench_memory_engine.py --model smollm2-135m-instruct
+    .venv/bin/python scripts/bench_memory_engine.py --wave frank --max-tokens 64 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data"
+
+
+def vmrss_gb() -> float:
+    """This process's resident memory now, in GB (VmRSS)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
+class Sampler(threading.Thread):
+    """Samples VmRSS every 50 ms; kills the process above `abort_gb`."""
+
+    def __init__(self, abort_gb: float) -> None:
+        super().__init__(daemon=True)
+        self.abort_gb, self.peak = abort_gb, 0.0
+
+    def run(self) -> None:
+        while True:
+            now = vmrss_gb()
+            self.peak = max(self.peak, now)
+            if now > self.abort_gb:
+                print(json.dumps({"aborted_at_gb": round(now, 2)}), flush=True)
+                os._exit(3)
+            time.sleep(0.05)
+
+
+def frank_requests(n: int) -> list[Any]:
+    """Alignment and questions requests of the first `n` distinct FRANK sources."""
+    from evalgpu.scorers.summarization import alignment_request, questions_request
+
+    sources: dict[str, str] = {}
+    with (DATA / "frank_dev.jsonl").open() as f:
+        for line in f:
+            row = json.loads(line)
+            sources.setdefault(row["source"], row["summary"])
+            if len(sources) == n:
+                break
+    out = []
+    for source, summary in sources.items():
+        out += [alignment_request(source, summary), questions_request(source, 5)]
+    return out
+
+
+def attribution_requests(n: int) -> list[Any]:
+    """Attribution requests of the `n` rows with the longest contexts."""
+    from evalgpu.scorers.context_recall import attribution_request
+
+    rows = [json.loads(line) for line in (DATA / "attribution_dev.jsonl").open()]
+    rows.sort(key=lambda r: -sum(len(p) for p in r["context"]))
+    out = []
+    for row in rows[:n]:
+        claims = [c for c in re.split(r"(?<=[.!?])\s+", row["ground_truth"]) if c][:6]
+        out.append(attribution_request(row["context"], claims))
+    return out
+
+
+def child(args: argparse.Namespace) -> dict[str, Any]:
+    """Load, run one wave, report; runs in its own process."""
+    import torch
+
+    from evalgpu.engines.base import JudgeRequest
+    from evalgpu.engines.transformers import TransformersEngine
+    from evalgpu.models import resolve_model
+
+    torch.set_num_threads(1)
+    sampler = Sampler(args.abort_gb)
+    sampler.start()
+    t = time.perf_counter()
+    engine = TransformersEngine(str(resolve_model(args.model)), batch_size=16, threads=1)
+    out: dict[str, Any] = {"wave": args.wave, "model": args.model}
+    out["load_s"] = round(time.perf_counter() - t, 1)
+    out["rss_after_load_gb"] = round(vmrss_gb(), 2)
+    build = frank_requests if args.wave == "frank" else attribution_requests
+    requests = build(args.n)
+    if args.max_tokens:
+        requests = [
+            JudgeRequest(r.tag, r.messages, r.schema, min(r.max_tokens, args.max_tokens))
+            for r in requests
+        ]
+    sampler.peak = 0.0
+    t = time.perf_counter()
+    replies = engine.generate(requests)
+    seconds = time.perf_counter() - t
+    prompt = sum(r.prompt_tokens for r in replies if r.error_kind != "too_long")
+    output = sum(r.output_tokens for r in replies)
+    out |= {
+        "requests": len(requests),
+        "too_long": sum(r.error_kind == "too_long" for r in replies),
+        "longest_prompt": max(r.prompt_tokens for r in replies),
+        "prompt_tokens": prompt,
+        "cached_tokens": sum(r.cached_tokens for r in replies),
+        "output_tokens": output,
+        "wave_s": round(seconds, 1),
+        "output_tok_s": round(output / seconds, 2),
+        "peak_rss_wave_gb": round(sampler.peak, 2),
+        "ru_maxrss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
+        "rss_after_wave_gb": round(vmrss_gb(), 2),
+        "replies": [r.text for r in replies],
+    }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    parser.add_argument("--wave", choices=["frank", "attribution", "both"], default="both")
+    parser.add_argument("--n", type=int, default=0, help="sources (frank) or rows; 0: 8 / 16")
+    parser.add_argument("--max-tokens", type=int, default=0, help="cap on each reply; 0: none")
+    parser.add_argument("--abort-gb", type=float, default=9.0)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.n = args.n or (8 if args.wave == "frank" else 16)
+        print(json.dumps(child(args)), flush=True)
+        return 0
+    results = []
+    for wave in ["frank", "attribution"] if args.wave == "both" else [args.wave]:
+        argv = [sys.executable, __file__, "--child", "--wave", wave, "--model", args.model]
+        argv += ["--n", str(args.n), "--max-tokens", str(args.max_tokens)]
+        argv += ["--abort-gb", str(args.abort_gb)]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        line = (proc.stdout.strip().splitlines() or ["{}"])[-1]
+        result = json.loads(line) if line.startswith("{") else {"error": proc.stderr[-2000:]}
+        result.setdefault("wave", wave)
+        results.append(result)
+        shown = {k: v for k, v in result.items() if k != "replies"}
+        print(json.dumps(shown), flush=True)
+        if proc.returncode:
+            print(proc.stderr[-3000:], file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
