@@ -94,7 +94,7 @@ def test_a_prompt_longer_than_the_model_fails_alone(engine):
     assert replies[0].parsed is None
     assert replies[0].error is not None
     assert replies[0].error.startswith("vLLM rejected the request: ")
-    assert "maximum context length is 2048" in replies[0].error
+    assert "maximum context length is 4096" in replies[0].error
     assert replies[0].error_kind == "too_long"  # vLLM's own wording, mapped by the engine
     assert replies[1].error is None
 
