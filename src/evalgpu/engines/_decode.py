@@ -176,8 +176,9 @@ class KVBatch:
     rest of a prompt (see `TransformersEngine._admit`); position ids skip it. Rows join with
     `join` (their prefill cache, left-padded to a common length) and leave with
     `drop_finished`; columns that are padding in every row are cut.
-    The cache is a transformers `DynamicCache`, whose layers hold `keys` and `values` of shape
-    (rows, heads, length, head_dim).
+    The cache is a transformers `DynamicCache` of `GrowingLayer`s (`evalgpu.engines._kvcache`:
+    a step writes its column in place), whose layers hold `keys` and `values` of shape
+    (rows, heads, length, head_dim); `join` and `drop_finished` replace them.
     """
 
     def __init__(self) -> None:
@@ -419,15 +420,16 @@ class Decoder:
         batch.join(slots, cache, mask)
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
-        """One prefill forward pass of `ids` on top of `cache` (None: none yet)."""
-        cached = {} if cache is None else {self.cache_arg: cache}
+        """One prefill forward pass of `ids` on top of `cache` (None: a new `growing_cache`)."""
+        from evalgpu.engines._kvcache import growing_cache
+
         return self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions.to(ids.device),
             use_cache=True,
             logits_to_keep=1,
-            **cached,
+            **{self.cache_arg: growing_cache() if cache is None else cache},
         )
 
     def _step(self, batch: KVBatch) -> None:
