@@ -5,13 +5,15 @@ Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
 
 - **bfloat16**: the weights as stored. Prefill ~130-140 tok/s, a wave of 8 at 16 output
   tok/s; 99.5 % of next-token choices are float32's, and most replies (5 to 8 of 8). Native
-  where the CPU has AVX512-BF16 or AMX; elsewhere it would be emulated (not measured);
+  where the CPU has AVX512-BF16 or AMX; elsewhere it is emulated (on an AVX2-only EPYC one
+  wave had not finished after 14 minutes);
 - **int8**: every Linear of the body quantized dynamically (`torch.ao`, int8 weights per
   output channel, activations per batch; fbgemm kernels, AVX2). The fastest here (21.5
   tok/s), but lossy: 7 or 8 of 8 replies differ from float32's, 22 % of next-token choices.
   Only on request;
 - **float32**: the reference, and the fallback. Slow on this AMD CPU (prefill 22-38 tok/s, a
-  wave at 6 tok/s: its float32 matmuls do not take an AVX-512 path; other CPUs not measured).
+  wave at 6 tok/s: its float32 matmuls do not take an AVX-512 path); on an AVX2-only EPYC
+  a wave at 5 tok/s, where int8 gives 10.6.
 
 Whatever the body computes in, the last projection (`lm_head`) and the final norm compute in
 float32: in bfloat16, logits carry about 3 significant digits, so the probabilities of two
