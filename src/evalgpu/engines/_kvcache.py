@@ -23,11 +23,11 @@ BLOCK = 256
 """Columns of room a buffer gets beyond what it holds when it is (re)allocated."""
 
 
-class GrowingLayer(DynamicLayer):
+class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
     """A `DynamicLayer` whose keys and values are views of buffers with room to grow."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self._key_buffer: Any = None
         self._value_buffer: Any = None
 
@@ -35,28 +35,28 @@ class GrowingLayer(DynamicLayer):
         """Write the new columns after the cached ones; the keys and values so far (views)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        keys: Any = self.keys
+        values: Any = self.values
         new = key_states.shape[-2]
-        if not self._owns_views() or self.keys.shape[-2] + new > self._key_buffer.shape[-2]:
-            self._key_buffer = _room(self.keys, key_states, new)
-            self._value_buffer = _room(self.values, value_states, new)
-        length = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        if not self._owns(keys, values) or keys.shape[-2] + new > self._key_buffer.shape[-2]:
+            self._key_buffer = _room(keys, key_states, new)
+            self._value_buffer = _room(values, value_states, new)
+        length = keys.shape[-2] if keys.dim() == 4 else 0
         self._key_buffer[:, :, length : length + new] = key_states
         self._value_buffer[:, :, length : length + new] = value_states
         self.keys = self._key_buffer[:, :, : length + new]
         self.values = self._value_buffer[:, :, : length + new]
         return self.keys, self.values
 
-    def _owns_views(self) -> bool:
+    def _owns(self, keys: Any, values: Any) -> bool:
         """Whether `keys`/`values` are still the views of our buffers that `update` left."""
-        buffer = self._key_buffer
-        return (
-            buffer is not None
-            and self.keys.dim() == 4
-            and self.keys.data_ptr() == buffer.data_ptr()
-            and self.keys.stride() == buffer.stride()
-            and self.keys.shape[:2] == buffer.shape[:2]
-            and self.values.data_ptr() == self._value_buffer.data_ptr()
-            and self.values.stride() == self._value_buffer.stride()
+        mine, theirs = (self._key_buffer, self._value_buffer), (keys, values)
+        return mine[0] is not None and all(
+            t.dim() == 4
+            and t.data_ptr() == b.data_ptr()
+            and t.stride() == b.stride()
+            and t.shape[:2] == b.shape[:2]
+            for t, b in zip(theirs, mine, strict=True)
         )
 
 
