@@ -335,6 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         "--limit", type=int, default=None, help="score the first N rows (after --seed shuffle)"
     )
     parser.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="skip the first K rows (after --seed shuffle): with --limit, a slice held out from "
+        "the rows a figure is reported on, to develop prompts on",
+    )
+    parser.add_argument(
         "--seed", type=int, default=1234, help="shuffle seed for --limit (-1: file order)"
     )
     parser.add_argument(
@@ -347,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", default=None)
     parser.add_argument("--backend", default="auto")
+    parser.add_argument(
+        "--compute",
+        default=None,
+        help="the transformers engine's compute (auto, bfloat16, int8, float32; default: auto)",
+    )
     parser.add_argument("--max-questions", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--json", type=Path, default=None)
@@ -361,17 +373,28 @@ def main(argv: list[str] | None = None) -> int:
         records = sample_pairs(records, args.pairs, seed=max(args.seed, 0))
     elif args.pairs is not None:
         parser.error("--pairs applies to FRANK (label_faithful) files; use --limit")
-    elif args.limit is not None:
+    elif args.limit is not None or args.offset:
         if args.seed >= 0:
             random.Random(args.seed).shuffle(records)
-        records = records[: args.limit]
-    engine = load_engine(args.model, backend=args.backend)
+        end = None if args.limit is None else args.offset + args.limit
+        records = records[args.offset : end]
+    if pairs and args.offset:
+        parser.error("--offset applies to --limit files; FRANK is sampled with --pairs")
+    options = {} if args.compute is None else {"compute": args.compute}
+    engine = load_engine(args.model, backend=args.backend, **options)
     t = time.perf_counter()
     results = score(records, kind, engine, args.scale, args.max_questions)
     seconds = time.perf_counter() - t
     out = metrics(records, results, kind, args.scale, pairs=pairs)
     out.update(
-        {"file": rel(args.data), "kind": kind, "engine": engine.name, "seconds": round(seconds, 1)}
+        {
+            "file": rel(args.data),
+            "kind": kind,
+            "engine": engine.name,
+            "compute": getattr(engine, "compute", None),
+            "offset": args.offset,
+            "seconds": round(seconds, 1),
+        }
     )
     for label, errors in (
         ("too long for the judge", [r.error for r in results if too_long(r)]),

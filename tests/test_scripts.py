@@ -185,3 +185,36 @@ def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
         assert 0.0 <= result[name]["value"] <= 1.0
     with pytest.raises(SystemExit):
         agreement.main([str(data), "--backend", "scripted", "--limit", "4"])
+
+
+def test_agreement_offset_holds_out_the_rows_a_figure_is_reported_on(tmp_path, monkeypatch):
+    # --offset K --limit N scores rows K..K+N of the same shuffle as --limit: a development
+    # slice disjoint from the first rows, which stay held out.
+    data = tmp_path / "attr.jsonl"
+    rows = [
+        {
+            "id": f"r{i}",
+            "ground_truth": f"Fact {i}.",
+            "context": ["Fact."],
+            "label_attributed": i % 2,
+        }
+        for i in range(10)
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    seen: list[list[str]] = []
+    real = agreement.score
+
+    def spy(records, *args):
+        seen.append([r["id"] for r in records])
+        return real(records, *args)
+
+    monkeypatch.setattr(agreement, "score", spy)
+    out = tmp_path / "out.json"
+    base = [str(data), "--backend", "scripted", "--json", str(out)]
+    agreement.main([*base, "--limit", "4"])
+    agreement.main([*base, "--offset", "4", "--limit", "4"])
+    agreement.main([*base, "--offset", "8"])
+    held, dev, rest = seen
+    assert len(held) == len(dev) == 4 and len(rest) == 2
+    assert set(held) | set(dev) | set(rest) == {r["id"] for r in rows}  # disjoint, all rows
+    assert json.loads(out.read_text())["offset"] == 8
