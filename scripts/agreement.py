@@ -368,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     kind = kind_of(records[0])
     pairs = kind == "faithfulness"
     if pairs:
-        if args.limit is not None:
-            parser.error("FRANK rows are sampled in pairs: use --pairs N, not --limit")
+        if args.limit is not None or args.offset:
+            parser.error("FRANK rows are sampled in pairs: use --pairs N, not --limit or --offset")
         records = sample_pairs(records, args.pairs, seed=max(args.seed, 0))
     elif args.pairs is not None:
         parser.error("--pairs applies to FRANK (label_faithful) files; use --limit")
@@ -378,8 +378,6 @@ def main(argv: list[str] | None = None) -> int:
             random.Random(args.seed).shuffle(records)
         end = None if args.limit is None else args.offset + args.limit
         records = records[args.offset : end]
-    if pairs and args.offset:
-        parser.error("--offset applies to --limit files; FRANK is sampled with --pairs")
     options = {} if args.compute is None else {"compute": args.compute}
     engine = load_engine(args.model, backend=args.backend, **options)
     t = time.perf_counter()

@@ -185,6 +185,8 @@ def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
         assert 0.0 <= result[name]["value"] <= 1.0
     with pytest.raises(SystemExit):
         agreement.main([str(data), "--backend", "scripted", "--limit", "4"])
+    with pytest.raises(SystemExit):
+        agreement.main([str(data), "--backend", "scripted", "--offset", "2"])
 
 
 def test_agreement_offset_holds_out_the_rows_a_figure_is_reported_on(tmp_path, monkeypatch):
