@@ -38,10 +38,10 @@ class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
         keys: Any = self.keys
         values: Any = self.values
         new = key_states.shape[-2]
-        if not self._owns(keys, values) or keys.shape[-2] + new > self._key_buffer.shape[-2]:
-            self._key_buffer = _room(keys, key_states, new)
-            self._value_buffer = _room(values, value_states, new)
-        length = keys.shape[-2] if keys.dim() == 4 else 0
+        length = keys.shape[-2] if keys.dim() == 4 else 0  # 0: lazy_initialization's empty
+        if not self._owns(keys, values) or length + new > self._key_buffer.shape[-2]:
+            self._key_buffer = _room(keys, length, key_states, new)
+            self._value_buffer = _room(values, length, value_states, new)
         self._key_buffer[:, :, length : length + new] = key_states
         self._value_buffer[:, :, length : length + new] = value_states
         self.keys = self._key_buffer[:, :, : length + new]
@@ -60,11 +60,10 @@ class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
         )
 
 
-def _room(held: Any, like: Any, new: int) -> Any:
-    """A buffer holding `held` (rows, heads, length, dim; or empty) with room for `new` + BLOCK."""
+def _room(held: Any, length: int, like: Any, new: int) -> Any:
+    """A buffer holding the `length` columns of `held` with room for `new` + BLOCK more."""
     import torch
 
-    length = held.shape[-2] if held.dim() == 4 else 0
     rows, heads, _, dim = like.shape
     buffer = torch.empty(
         (rows, heads, length + new + BLOCK, dim), dtype=like.dtype, device=like.device
