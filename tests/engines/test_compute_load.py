@@ -51,6 +51,7 @@ def test_float32_from_a_bfloat16_file_is_transformers_own_cast(stored_bf16):
     )
     ours, theirs = dict(model.named_parameters()), dict(reference.named_parameters())
     assert ours.keys() == theirs.keys()
+    assert model.config.dtype == reference.config.dtype == torch.float32
     for name, param in ours.items():
         assert param.dtype == torch.float32 and torch.equal(param, theirs[name]), name
     # In float32 a tied head stays tied: no second copy of the embeddings.

@@ -132,8 +132,10 @@ def load_model(
     if compute == "int8":
         # Quantized one Linear at a time: a float32 copy of the whole body never exists.
         _quantize_linears(model, checkpoint)
-        dtype = torch.float32  # embeddings and norms (quantized modules hold no parameter)
-    _cast(model, "", checkpoint, dtype)
+        _cast(model, "", checkpoint, torch.float32)  # embeddings, norms and the head
+    else:
+        _cast(model, "", checkpoint, dtype)
+        model.config.dtype = dtype  # as `from_pretrained(dtype=...)` records it
     _untie_head(model)
     _float32_head(model, checkpoint)
     return model.to(device).eval()
