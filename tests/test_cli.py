@@ -160,6 +160,28 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
             ["run", "{data}", "--scorer", "summarization", "--out", "{data}/sub"],
             "out: {data}/sub lies under {data}, a file, not a folder",
         ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--compute", "fp8"],
+            "argument --compute: invalid choice: 'fp8'",
+        ),
+        (
+            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--threads", "0"],
+            "threads must be >= 1, got 0",
+        ),
+        (
+            [
+                "run",
+                "{data}",
+                "--scorer",
+                "summarization",
+                "--out",
+                "{out}",
+                "--threads",
+                "2",
+                *SCRIPTED,
+            ],
+            "compute and threads are options of the transformers engine, not of backend 'scripted'",
+        ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
         (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),
     ],
@@ -888,6 +910,33 @@ def test_resume_scores_only_what_is_missing(
     assert sorted(k[1] for k in successes(out)) == list(range(1, 11))
     code, _, err = run_cli(capsys, *base)
     assert code == 0 and "0 rows in" in err and len(records(out)) == 10
+
+
+def test_compute_and_threads_reach_the_transformers_engine_and_are_not_configuration(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import evalgpu.engines
+    from evalgpu.engines.scripted import ScriptedEngine
+
+    loaded: list[tuple[Any, str, dict[str, Any]]] = []
+
+    def load_engine(model: Any = None, backend: str = "auto", **options: Any) -> Any:
+        loaded.append((model, backend, options))
+        return ScriptedEngine()
+
+    monkeypatch.setattr(evalgpu.engines, "load_engine", load_engine)
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(2))
+    out = tmp_path / "out"
+    base = ["run", data, "--scorer", "summarization", "--out", out]
+    assert run_cli(capsys, *base, "--limit", "1")[0] == 0
+    # Resumed with a compute and threads: the same configuration, on the transformers engine
+    # (which "auto" would not pick on a machine with vLLM and a GPU).
+    assert run_cli(capsys, *base, "--compute", "int8", "--threads", "2")[0] == 0
+    assert loaded == [
+        (None, "auto", {}),
+        (None, "transformers", {"compute": "int8", "threads": 2}),
+    ]
+    assert len(successes(out)) == 2
 
 
 def test_a_config_change_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from evalgpu.engines import BACKENDS
+from evalgpu.engines import BACKENDS, COMPUTES
 from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.sweep import ConfigError, Progress, open_sweep
 
@@ -134,6 +134,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--limit", type=int, metavar="N", help="read at most N rows in all")
     run.add_argument(
+        "--compute",
+        choices=COMPUTES,
+        help="the transformers engine's compute: auto picks by the CPU's features "
+        "(bfloat16 where native, else float32), int8 is faster and lossy (default: auto)",
+    )
+    run.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="the transformers engine's torch threads on a CPU (default: 1, measured: "
+        "more threads collapse beside a busy process)",
+    )
+    run.add_argument(
         "--ray",
         action="store_true",
         help='score on a Ray cluster, one engine replica per actor (pip install "evalgpu[ray]")',
@@ -228,6 +241,8 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         mapping=mapping,
         chunk_size=args.chunk_size,
         limit=args.limit,
+        compute=args.compute,
+        threads=args.threads,
     )
 
 
@@ -246,12 +261,10 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail("run", str(exc), 1)
     with sweep:
-        from evalgpu.engines import load_engine
-
         engine = None
         if not args.ray:
             try:
-                engine = load_engine(settings.model, backend=settings.backend)
+                engine = settings.load_engine()
             except Exception as exc:
                 return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
         console = _Console(sys.stderr, args.progress)

@@ -70,9 +70,7 @@ class Replica:
     """
 
     def __init__(self, settings: RunSettings, files: list[str]) -> None:
-        from evalgpu.engines import load_engine
-
-        engine = load_engine(settings.model, backend=settings.backend)
+        engine = settings.load_engine()
         self.name = str(getattr(engine, "name", type(engine).__name__))
         self.ids = [SCORERS[name] for name in settings.scorers]
         self.output_tokens = 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgpu.data import FileInfo, file_format
+from evalgpu.engines import COMPUTES
 from evalgpu.engines.base import Engine
 from evalgpu.results import RESULT_VERSION
 from evalgpu.rows import RowReader
@@ -45,6 +46,14 @@ class RunSettings:
         mapping: field -> column, for files whose columns have other names.
         chunk_size: rows scored per engine batch and per append (>= 1).
         limit: read at most this many rows in all (None: all). Rows already scored count.
+        compute: the transformers engine's compute ("auto", "bfloat16", "int8", "float32";
+            None: its default, "auto"). Given with backend "auto", it loads the transformers
+            engine.
+        threads: the transformers engine's torch threads on a CPU (None: its measured default).
+
+    `compute` and `threads` are options of the engine, not of the scores: like the machine
+    that "auto" resolves on, they are not part of a folder's configuration, so a folder can be
+    resumed with another compute.
     """
 
     data: tuple[Path, ...]
@@ -58,6 +67,8 @@ class RunSettings:
     mapping: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int = 256
     limit: int | None = None
+    compute: str | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         # Normalise first, then validate (vLLM's SamplingParams order).
@@ -94,6 +105,30 @@ class RunSettings:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size!r}")
         if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 0):
             raise ValueError(f"limit must be >= 0, got {self.limit!r}")
+        if self.compute is not None and self.compute not in COMPUTES:
+            raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {self.compute!r}")
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ValueError(f"threads must be >= 1, got {self.threads!r}")
+        if self.engine_options() and self.backend not in ("auto", "transformers"):
+            raise ValueError(
+                "compute and threads are options of the transformers engine, "
+                f"not of backend {self.backend!r}"
+            )
+
+    def engine_options(self) -> dict[str, Any]:
+        """The options given for the engine (`load_engine`'s keyword arguments)."""
+        options = {"compute": self.compute, "threads": self.threads}
+        return {key: value for key, value in options.items() if value is not None}
+
+    def load_engine(self) -> Engine:
+        """The judge these settings name (`evalgpu.engines.load_engine`, cached per process)."""
+        from evalgpu.engines import load_engine
+
+        options = self.engine_options()
+        backend = "transformers" if options and self.backend == "auto" else self.backend
+        return load_engine(self.model, backend=backend, **options)
 
     def config(self, files: list[FileInfo]) -> dict[str, Any]:
         """What a resumed run must match, with its hash (file paths are not in the hash)."""

@@ -7,9 +7,10 @@ import importlib.util
 import json
 from typing import Any
 
+from evalgpu.engines._compute import COMPUTES
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 
-__all__ = ["BACKENDS", "Engine", "JudgeReply", "JudgeRequest", "load_engine"]
+__all__ = ["BACKENDS", "COMPUTES", "Engine", "JudgeReply", "JudgeRequest", "load_engine"]
 
 BACKENDS = ("auto", "vllm", "transformers", "scripted")
 """Built-in backends ("scripted": rules, no model); "package.module:factory" names your own."""
