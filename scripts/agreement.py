@@ -217,6 +217,26 @@ def axis(result: Any, name: str) -> float | None:
     return None if value is None else float(value)
 
 
+def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any]]:
+    """Each row's id, human label and values, in scoring order (FRANK: faithful, unfaithful,
+    pair by pair): what two runs on the same rows need to be compared row by row."""
+    labels = {"faithfulness": "label_faithful", "coverage": "human_coverage"}
+    rows = []
+    for record, result in zip(records, results, strict=True):
+        axes = getattr(result, "axes", None) or {}
+        rows.append(
+            {
+                "id": record.get("id"),
+                "label": record.get(labels.get(kind, "label_attributed")),
+                "score": result.score,
+                "soft_score": soft_score(result, kind, scale) if result.error is None else None,
+                "axes": {name: float(v) for name, v in axes.items() if v is not None},
+                "error_kind": result.error_kind if result.error is not None else None,
+            }
+        )
+    return rows
+
+
 def metrics(records, results, kind: str, scale: float, pairs: bool = False) -> dict[str, Any]:
     ok = [(r, s) for r, s in zip(records, results, strict=True) if s.error is None]
     long = sum(too_long(s) for s in results)
@@ -392,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             "compute": getattr(engine, "compute", None),
             "offset": args.offset,
             "seconds": round(seconds, 1),
+            "scored": scored_rows(records, results, kind, args.scale),
         }
     )
     for label, errors in (

@@ -57,6 +57,10 @@ def test_agreement_dry_run_writes_json(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     assert result["invalid"] == 0 and result["kind"] == "attribution"
     assert result["roc_auc(score)"]["value"] == 1.0
+    # Row by row, so that two runs on the same rows can be compared in pairs.
+    assert [r["label"] for r in result["scored"]] == [1, 0, 1]
+    assert [r["score"] for r in result["scored"]] == [1.0, 0.0, 1.0]
+    assert all(r["error_kind"] is None and "recall" in r["axes"] for r in result["scored"])
 
 
 def test_agreement_counts_rows_too_long_for_the_judge_apart_from_invalid_replies():
@@ -181,6 +185,12 @@ def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
     )
     result = json.loads(out.read_text())
     assert (result["rows"], result["pairs"], result["pairs_scored"]) == (6, 3, 3)
+    # Faithful, then unfaithful, pair by pair; each row with its own soft score.
+    assert [r["label"] for r in result["scored"]] == [1, 0] * 3
+    assert all(
+        r["soft_score"] == min(r["axes"]["alignment_soft"], r["axes"]["coverage_soft"])
+        for r in result["scored"]
+    )
     for name in ("pair_win(alignment)", "pair_win(alignment_soft)", "roc_auc(alignment_soft)"):
         assert 0.0 <= result[name]["value"] <= 1.0
     with pytest.raises(SystemExit):
