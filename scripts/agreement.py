@@ -32,9 +32,15 @@ before generating; a longer-context judge scores it), `invalid` for every other 
 reply that does not match its schema, or is still cut after the retry). `invalid` must be 0:
 the exit status is 1 otherwise.
 
+Two runs on the same rows (a prompt change, another compute or model) are compared row by
+row: `--compare A.json B.json` gives, for each value both hold, A's metric minus B's with an
+interval over the same rows (FRANK: pairs) resampled for both. That interval is narrower than
+the two runs' own intervals side by side, since what the rows share cancels out.
+
     .venv/bin/python scripts/agreement.py --pairs 30          # benchmarks/data/frank_dev.jsonl
     .venv/bin/python scripts/agreement.py benchmarks/data/attribution_dev.jsonl --limit 40 \
         --json docs/agreement-attribution.json
+    .venv/bin/python scripts/agreement.py --compare out/new-prompt.json out/shipped.json
 """
 
 from __future__ import annotations
@@ -340,6 +346,63 @@ def pair_metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
     return out
 
 
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two runs' JSON on the same rows, compared row by row: for each value both hold (score,
+    soft score, each axis), run a's metric minus run b's, with a bootstrap interval over the
+    same rows (FRANK: pairs) resampled for both, so that what the rows share cancels out.
+
+    The metric is the file's ranking metric: the pair win rate (FRANK), Spearman with
+    `human_coverage` (RoSE), ROC-AUC against `label_attributed` (AttributionBench).
+
+    Raises:
+        ValueError: the runs are of different files or rows, or without row values.
+    """
+    if "scored" not in a or "scored" not in b:
+        raise ValueError("both runs need their rows ('scored'): run agreement.py --json again")
+    rows_a, rows_b = a["scored"], b["scored"]
+    if a["kind"] != b["kind"] or [r["id"] for r in rows_a] != [r["id"] for r in rows_b]:
+        raise ValueError("the runs did not score the same rows in the same order")
+    kind = a["kind"]
+
+    def values(rows: list[dict[str, Any]], name: str) -> list[float | None]:
+        return [r[name] if name in ("score", "soft_score") else r["axes"].get(name) for r in rows]
+
+    names = ["score", "soft_score", *sorted({n for r in rows_a + rows_b for n in r["axes"]})]
+    single: Callable[..., float] = {"faithfulness": pair_win, "coverage": spearman}.get(
+        kind, roc_auc
+    )
+
+    def metric(xa: Any, ya: Any, xb: Any, yb: Any) -> float:
+        """a's metric minus b's (FRANK: faithful and unfaithful values of each run)."""
+        return single(xa, ya) - single(xb, yb)
+
+    out: dict[str, Any] = {"kind": kind, "rows": len(rows_a)}
+    for name in names:
+        va, vb = values(rows_a, name), values(rows_b, name)
+        if kind == "faithfulness":  # a pair is a unit: faithful at i, unfaithful at i + 1
+            units = [
+                i
+                for i in range(0, len(va) - 1, 2)
+                if None not in (va[i], va[i + 1], vb[i], vb[i + 1])
+            ]
+            columns = [[v[i + k] for i in units] for v in (va, vb) for k in (0, 1)]
+        else:
+            units = [i for i in range(len(va)) if va[i] is not None and vb[i] is not None]
+            labels = [float(rows_a[i]["label"]) for i in units]
+            columns = [[va[i] for i in units], labels, [vb[i] for i in units], labels]
+        if len(units) < 2:
+            continue
+        difference, lo, hi = bootstrap(metric, columns)
+        out[name] = {
+            "a": single(*columns[:2]),
+            "b": single(*columns[2:]),
+            "difference": difference,
+            "ci95": [lo, hi],
+            "units": len(units),
+        }
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -382,7 +445,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-questions", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("A", "B"),
+        help="compare two runs' --json on the same rows (A minus B, paired intervals); scores "
+        "nothing",
+    )
     args = parser.parse_args(argv)
+    if args.compare:
+        try:
+            a, b = (json.loads(path.read_text()) for path in args.compare)
+            compared = compare(a, b)
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--compare: {exc}")
+        metric = {"faithfulness": "pair win", "coverage": "Spearman"}.get(
+            compared["kind"], "ROC-AUC"
+        )
+        print(f"| value | {metric}, A | {metric}, B | A - B | 95 % CI (paired) |")
+        print("|---|---:|---:|---:|---|")
+        for name, m in compared.items():
+            if isinstance(m, dict):
+                lo, hi = m["ci95"]
+                print(
+                    f"| {name} | {m['a']:.3f} | {m['b']:.3f} | {m['difference']:+.3f} "
+                    f"| [{lo:+.3f}, {hi:+.3f}] |"
+                )
+        return 0
 
     records = [json.loads(line) for line in args.data.open(encoding="utf-8") if line.strip()]
     kind = kind_of(records[0])

@@ -230,3 +230,52 @@ def test_agreement_offset_holds_out_the_rows_a_figure_is_reported_on(tmp_path, m
     assert len(held) == len(dev) == 4 and len(rest) == 2
     assert set(held) | set(dev) | set(rest) == {r["id"] for r in rows}  # disjoint, all rows
     assert json.loads(out.read_text())["offset"] == 8
+
+
+def _run(kind: str, labels: list[float], scores: list[float]) -> dict:
+    """An agreement.py JSON holding only what `compare` reads."""
+    rows = [
+        {"id": f"r{i}", "label": y, "score": s, "soft_score": s, "axes": {"x": s}}
+        for i, (y, s) in enumerate(zip(labels, scores, strict=True))
+    ]
+    return {"kind": kind, "scored": rows}
+
+
+def test_compare_gives_a_minus_b_with_an_interval_over_the_same_rows():
+    # Attribution: run a ranks every attributed row first, run b every one last.
+    labels = [1, 0] * 10
+    a = _run("attribution", labels, [0.9 if y else 0.1 for y in labels])
+    b = _run("attribution", labels, [0.1 if y else 0.9 for y in labels])
+    got = agreement.compare(a, b)["score"]
+    assert (got["a"], got["b"], got["difference"], got["ci95"]) == (1.0, 0.0, 1.0, [1.0, 1.0])
+    # FRANK: a unit is a pair (faithful, unfaithful); b ties every pair, a wins half of them.
+    a = _run("faithfulness", [1, 0] * 4, [1, 0, 0, 1, 1, 0, 0, 1])
+    b = _run("faithfulness", [1, 0] * 4, [0.5] * 8)
+    got = agreement.compare(a, b)["soft_score"]
+    assert (got["a"], got["b"], got["difference"], got["units"]) == (0.5, 0.5, 0.0, 4)
+    lo, hi = got["ci95"]
+    assert -0.5 <= lo < 0 < hi <= 0.5  # pairs resampled: a's share of wins varies, b's does not
+
+
+def test_compare_refuses_runs_of_other_rows(tmp_path):
+    a = _run("coverage", [0.1, 0.5, 0.9], [0.2, 0.4, 0.8])
+    b = _run("coverage", [0.1, 0.5], [0.2, 0.4])
+    with pytest.raises(ValueError, match="did not score the same rows"):
+        agreement.compare(a, b)
+    with pytest.raises(ValueError, match="need their rows"):
+        agreement.compare(a, {"kind": "coverage"})
+
+
+def test_agreement_compare_prints_the_paired_table(tmp_path, capsys):
+    data = tmp_path / "frank.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in frank_rows()))
+    runs = [tmp_path / "a.json", tmp_path / "b.json"]
+    for run in runs:
+        argv = [str(data), "--backend", "scripted", "--pairs", "3", "--json", str(run)]
+        assert agreement.main(argv) == 0
+    capsys.readouterr()
+    assert agreement.main(["--compare", *map(str, runs)]) == 0
+    table = capsys.readouterr().out
+    assert "| value | pair win, A | pair win, B | A - B | 95 % CI (paired) |" in table
+    # The same engine on the same rows: every difference is 0, and so is its interval.
+    assert "| alignment_soft |" in table and "+0.000 | [+0.000, +0.000] |" in table
