@@ -27,6 +27,8 @@ from evalgpu.sweep import open_sweep
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 SCRIPTED = ["--backend", "scripted"]
+RUN = ["run", "{data}", "--scorer", "summarization", "--out", "{out}"]
+"""A valid run of the usage-error cases, before the flag each case gets wrong."""
 
 COMPANY = (
     "The company was founded in 1995 by John Smith. It started with 10 employees and grew to "
@@ -102,10 +104,7 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--bogus"],
-            "unrecognized arguments: --bogus",
-        ),
+        ([*RUN, "--bogus"], "unrecognized arguments: --bogus"),
         (
             ["run", "{data}", "--scorer", "bleu", "--out", "{out}"],
             "argument --scorer: invalid choice: 'bleu'",
@@ -119,37 +118,13 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
             ["run", "notes.txt", "--scorer", "summarization", "--out", "{out}"],
             "notes.txt: unknown file type '.txt'",
         ),
+        ([*RUN, "--map", "summary"], "--map takes FIELD=COLUMN, got 'summary'"),
+        ([*RUN, "--map", "answer=x"], "map: unknown field 'answer'"),
+        ([*RUN, "--scale", "0"], "scale must be > 0, got 0.0"),
+        ([*RUN, "--max-questions", "0"], "max_questions must be >= 1, got 0"),
+        ([*RUN, "--chunk-size", "x"], "argument --chunk-size: invalid int value: 'x'"),
         (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--map", "summary"],
-            "--map takes FIELD=COLUMN, got 'summary'",
-        ),
-        (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--map", "answer=x"],
-            "map: unknown field 'answer'",
-        ),
-        (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--scale", "0"],
-            "scale must be > 0, got 0.0",
-        ),
-        (
-            [
-                "run",
-                "{data}",
-                "--scorer",
-                "summarization",
-                "--out",
-                "{out}",
-                "--max-questions",
-                "0",
-            ],
-            "max_questions must be >= 1, got 0",
-        ),
-        (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--chunk-size", "x"],
-            "argument --chunk-size: invalid int value: 'x'",
-        ),
-        (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--backend", "tpu"],
+            [*RUN, "--backend", "tpu"],
             "backend must be auto, vllm, transformers, scripted or module:factory, got 'tpu'",
         ),
         (
@@ -160,26 +135,10 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
             ["run", "{data}", "--scorer", "summarization", "--out", "{data}/sub"],
             "out: {data}/sub lies under {data}, a file, not a folder",
         ),
+        ([*RUN, "--compute", "fp8"], "argument --compute: invalid choice: 'fp8'"),
+        ([*RUN, "--threads", "0"], "threads must be >= 1, got 0"),
         (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--compute", "fp8"],
-            "argument --compute: invalid choice: 'fp8'",
-        ),
-        (
-            ["run", "{data}", "--scorer", "summarization", "--out", "{out}", "--threads", "0"],
-            "threads must be >= 1, got 0",
-        ),
-        (
-            [
-                "run",
-                "{data}",
-                "--scorer",
-                "summarization",
-                "--out",
-                "{out}",
-                "--threads",
-                "2",
-                *SCRIPTED,
-            ],
+            [*RUN, "--threads", "2", *SCRIPTED],
             "compute and threads are options of the transformers engine, not of backend 'scripted'",
         ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
