@@ -174,13 +174,18 @@ def sample_pairs(
 # -- scoring -------------------------------------------------------------------------------------
 
 
+LABELS = {
+    "attribution": "label_attributed",
+    "coverage": "human_coverage",
+    "faithfulness": "label_faithful",
+}
+"""Each kind of file and the field of its human label (a file is of the first kind it has)."""
+
+
 def kind_of(record: dict[str, Any]) -> str:
-    if "label_attributed" in record:
-        return "attribution"
-    if "human_coverage" in record:
-        return "coverage"
-    if "label_faithful" in record:
-        return "faithfulness"
+    for kind, label in LABELS.items():
+        if label in record:
+            return kind
     raise SystemExit(
         "agreement: the file has none of label_faithful, human_coverage, label_attributed"
     )
@@ -226,14 +231,13 @@ def axis(result: Any, name: str) -> float | None:
 def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any]]:
     """Each row's id, human label and values, in scoring order (FRANK: faithful, unfaithful,
     pair by pair): what two runs on the same rows need to be compared row by row."""
-    labels = {"faithfulness": "label_faithful", "coverage": "human_coverage"}
     rows = []
     for record, result in zip(records, results, strict=True):
         axes = getattr(result, "axes", None) or {}
         rows.append(
             {
                 "id": record.get("id"),
-                "label": record.get(labels.get(kind, "label_attributed")),
+                "label": record.get(LABELS[kind]),
                 "score": result.score,
                 "soft_score": soft_score(result, kind, scale) if result.error is None else None,
                 "axes": {name: float(v) for name, v in axes.items() if v is not None},
@@ -346,6 +350,14 @@ def pair_metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
     return out
 
 
+RANKING: dict[str, tuple[str, Callable[..., float]]] = {
+    "faithfulness": ("pair win", pair_win),
+    "coverage": ("Spearman", spearman),
+    "attribution": ("ROC-AUC", roc_auc),
+}
+"""Each kind's ranking metric against its human label, as `compare` computes it."""
+
+
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Two runs' JSON on the same rows, compared row by row: for each value both hold (score,
     soft score, each axis), run a's metric minus run b's, with a bootstrap interval over the
@@ -368,9 +380,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         return [r[name] if name in ("score", "soft_score") else r["axes"].get(name) for r in rows]
 
     names = ["score", "soft_score", *sorted({n for r in rows_a + rows_b for n in r["axes"]})]
-    single: Callable[..., float] = {"faithfulness": pair_win, "coverage": spearman}.get(
-        kind, roc_auc
-    )
+    single = RANKING[kind][1]
 
     def metric(xa: Any, ya: Any, xb: Any, yb: Any) -> float:
         """a's metric minus b's (FRANK: faithful and unfaithful values of each run)."""
@@ -460,9 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             compared = compare(a, b)
         except (OSError, ValueError, KeyError) as exc:
             parser.error(f"--compare: {exc}")
-        metric = {"faithfulness": "pair win", "coverage": "Spearman"}.get(
-            compared["kind"], "ROC-AUC"
-        )
+        metric = RANKING[compared["kind"]][0]
         print(f"| value | {metric}, A | {metric}, B | A - B | 95 % CI (paired) |")
         print("|---|---:|---:|---:|---|")
         for name, m in compared.items():
