@@ -37,10 +37,16 @@ row: `--compare A.json B.json` gives, for each value both hold, A's metric minus
 interval over the same rows (FRANK: pairs) resampled for both. That interval is narrower than
 the two runs' own intervals side by side, since what the rows share cancels out.
 
+A file too slow to score in one process is scored in `--offset` slices side by side (a process
+per core, or per machine), and `--merge RUN...` reports the slices' JSON as one run: every
+metric and interval computed over all their rows. Slices must come from the same file, engine,
+compute and scale, and no row may be in two of them.
+
     .venv/bin/python scripts/agreement.py --pairs 30          # benchmarks/data/frank_dev.jsonl
     .venv/bin/python scripts/agreement.py benchmarks/data/attribution_dev.jsonl --limit 40 \
         --json docs/agreement-attribution.json
     .venv/bin/python scripts/agreement.py --compare out/new-prompt.json out/shipped.json
+    .venv/bin/python scripts/agreement.py --merge out/rose-0.json out/rose-60.json
 """
 
 from __future__ import annotations
@@ -229,52 +235,68 @@ def axis(result: Any, name: str) -> float | None:
 
 
 def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any]]:
-    """Each row's id, human label and values, in scoring order (FRANK: faithful, unfaithful,
-    pair by pair): what two runs on the same rows need to be compared row by row."""
+    """Each row's id, human labels and values, in scoring order (FRANK: faithful, unfaithful,
+    pair by pair). The metrics are computed from these alone, so that two runs on the same
+    rows can be compared row by row (`compare`) and runs on disjoint rows reported as one
+    (`merge`)."""
     rows = []
     for record, result in zip(records, results, strict=True):
         axes = getattr(result, "axes", None) or {}
-        rows.append(
-            {
-                "id": record.get("id"),
-                "label": record.get(LABELS[kind]),
-                "score": result.score,
-                "soft_score": soft_score(result, kind, scale) if result.error is None else None,
-                "axes": {name: float(v) for name, v in axes.items() if v is not None},
-                "error_kind": result.error_kind if result.error is not None else None,
-            }
-        )
+        row = {
+            "id": record.get("id"),
+            "label": record.get(LABELS[kind]),
+            "score": result.score,
+            "soft_score": soft_score(result, kind, scale) if result.error is None else None,
+            "axes": {name: float(v) for name, v in axes.items() if v is not None},
+            "error_kind": (result.error_kind or "invalid") if result.error is not None else None,
+        }
+        if kind == "faithfulness":
+            row["human_score"] = record.get("human_score")
+        rows.append(row)
     return rows
 
 
-def metrics(records, results, kind: str, scale: float, pairs: bool = False) -> dict[str, Any]:
-    ok = [(r, s) for r, s in zip(records, results, strict=True) if s.error is None]
-    long = sum(too_long(s) for s in results)
+def value(row: dict[str, Any], name: str) -> float | None:
+    """A scored row's value: `score`, `soft_score` (or `soft score`), or an axis."""
+    if name in ("score", "soft_score", "soft score"):
+        return row["score" if name == "score" else "soft_score"]
+    return row["axes"].get(name)
+
+
+def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = False):
+    """The agreement metrics of `scored_rows`, each with its bootstrap interval; rows whose
+    scoring failed are counted by kind and left out."""
+    ok = [r for r in rows if r["error_kind"] is None]
+    long = sum(r["error_kind"] == "too_long" for r in rows)
     out: dict[str, Any] = {
-        "rows": len(records),
-        "invalid": len(records) - len(ok) - long,
+        "rows": len(rows),
+        "invalid": len(rows) - len(ok) - long,
         "too_long": long,
     }
     if len(ok) < 2:
         return out
 
     def report(name: str, metric: Callable[..., float], *cols: Sequence[float]) -> None:
-        value, lo, hi = bootstrap(metric, cols)
-        out[name] = {"value": value, "ci95": [lo, hi]}
+        point, lo, hi = bootstrap(metric, cols)
+        out[name] = {"value": point, "ci95": [lo, hi]}
 
-    def value(result: Any, name: str) -> float | None:
-        return soft_score(result, kind, scale) if name == "soft score" else axis(result, name)
+    def column(name: str) -> list[Any]:
+        return [value(r, name) for r in ok]
 
     def soft(names: Sequence[str]) -> bool:
         """Whether every scored row has these soft values (not when the engine gives no p)."""
-        return all(value(s, n) is not None for _, s in ok for n in names)
+        return all(v is not None for n in names for v in column(n))
 
+    labels = [r["label"] for r in ok]
     if kind == "faithfulness":
-        labels = [r["label_faithful"] for r, _ in ok]
-        human = [r["human_score"] for r, _ in ok]
-        full = [int(s.score == scale) for _, s in ok]
-        align = [s.axes["alignment"] for _, s in ok]
-        report("balanced_accuracy(score==scale)", balanced_accuracy, full, labels)
+        human = [r["human_score"] for r in ok]
+        align = column("alignment")
+        report(
+            "balanced_accuracy(score==scale)",
+            balanced_accuracy,
+            [int(v == scale) for v in column("score")],
+            labels,
+        )
         report(
             "balanced_accuracy(alignment==1)",
             balanced_accuracy,
@@ -283,35 +305,24 @@ def metrics(records, results, kind: str, scale: float, pairs: bool = False) -> d
         )
         report("roc_auc(alignment)", roc_auc, align, labels)
         report("spearman(alignment, human_score)", spearman, align, human)
-        report("spearman(score, human_score)", spearman, [s.score for _, s in ok], human)
+        report("spearman(score, human_score)", spearman, column("score"), human)
         if soft(["alignment_soft", "soft score"]):
-            align_soft = [value(s, "alignment_soft") for _, s in ok]
-            report("roc_auc(alignment_soft)", roc_auc, align_soft, labels)
-            report("spearman(alignment_soft, human_score)", spearman, align_soft, human)
+            report("roc_auc(alignment_soft)", roc_auc, column("alignment_soft"), labels)
             report(
-                "spearman(soft score, human_score)",
-                spearman,
-                [value(s, "soft score") for _, s in ok],
-                human,
+                "spearman(alignment_soft, human_score)", spearman, column("alignment_soft"), human
             )
+            report("spearman(soft score, human_score)", spearman, column("soft score"), human)
         if pairs:
-            out.update(pair_metrics(records, results, kind, scale))
+            out.update(pair_metrics(rows))
     elif kind == "coverage":
-        human = [r["human_coverage"] for r, _ in ok]
-        coverage = [s.axes["coverage"] for _, s in ok]
-        final = [s.score for _, s in ok]
-        report("spearman(coverage, human_coverage)", spearman, coverage, human)
-        report("kendall(coverage, human_coverage)", kendall_tau_b, coverage, human)
-        report("spearman(score, human_coverage)", spearman, final, human)
-        report("kendall(score, human_coverage)", kendall_tau_b, final, human)
+        names = ["coverage", "score"]
         if soft(["coverage_soft", "soft score"]):
-            for name in ("coverage_soft", "soft score"):
-                column = [value(s, name) for _, s in ok]
-                report(f"spearman({name}, human_coverage)", spearman, column, human)
-                report(f"kendall({name}, human_coverage)", kendall_tau_b, column, human)
+            names += ["coverage_soft", "soft score"]
+        for name in names:
+            report(f"spearman({name}, human_coverage)", spearman, column(name), labels)
+            report(f"kendall({name}, human_coverage)", kendall_tau_b, column(name), labels)
     else:
-        labels = [r["label_attributed"] for r, _ in ok]
-        recall = [s.score for _, s in ok]
+        recall = column("score")
         report(
             "balanced_accuracy(score==scale)",
             balanced_accuracy,
@@ -320,33 +331,27 @@ def metrics(records, results, kind: str, scale: float, pairs: bool = False) -> d
         )
         report("roc_auc(score)", roc_auc, recall, labels)
         if soft(["soft score"]):
-            report("roc_auc(soft score)", roc_auc, [value(s, "soft score") for _, s in ok], labels)
+            report("roc_auc(soft score)", roc_auc, column("soft score"), labels)
     return out
 
 
-def pair_metrics(records, results, kind: str, scale: float) -> dict[str, Any]:
+def pair_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Pair win rates of `sample_pairs` rows ([faithful, unfaithful] * n), over the pairs
     whose both rows were scored, with a bootstrap interval over pairs."""
     both = [
-        (results[i], results[i + 1])
-        for i in range(0, len(records) - 1, 2)
-        if results[i].error is None and results[i + 1].error is None
+        (rows[i], rows[i + 1])
+        for i in range(0, len(rows) - 1, 2)
+        if rows[i]["error_kind"] is None and rows[i + 1]["error_kind"] is None
     ]
-    out: dict[str, Any] = {"pairs": len(records) // 2, "pairs_scored": len(both)}
+    out: dict[str, Any] = {"pairs": len(rows) // 2, "pairs_scored": len(both)}
     if not both:
         return out
-    columns = {
-        "alignment": lambda r: axis(r, "alignment"),
-        "alignment_soft": lambda r: axis(r, "alignment_soft"),
-        "score": lambda r: r.score,
-        "soft score": lambda r: soft_score(r, kind, scale),
-    }
-    for name, get in columns.items():
-        faithful, unfaithful = [get(f) for f, _ in both], [get(u) for _, u in both]
+    for name in ("alignment", "alignment_soft", "score", "soft score"):
+        faithful, unfaithful = [value(f, name) for f, _ in both], [value(u, name) for _, u in both]
         if any(v is None for v in faithful + unfaithful):
             continue
-        value, lo, hi = bootstrap(pair_win, [faithful, unfaithful])
-        out[f"pair_win({name})"] = {"value": value, "ci95": [lo, hi]}
+        point, lo, hi = bootstrap(pair_win, [faithful, unfaithful])
+        out[f"pair_win({name})"] = {"value": point, "ci95": [lo, hi]}
     return out
 
 
@@ -376,9 +381,6 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("the runs did not score the same rows in the same order")
     kind = a["kind"]
 
-    def values(rows: list[dict[str, Any]], name: str) -> list[float | None]:
-        return [r[name] if name in ("score", "soft_score") else r["axes"].get(name) for r in rows]
-
     names = ["score", "soft_score", *sorted({n for r in rows_a + rows_b for n in r["axes"]})]
     single = RANKING[kind][1]
 
@@ -388,7 +390,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"kind": kind, "rows": len(rows_a)}
     for name in names:
-        va, vb = values(rows_a, name), values(rows_b, name)
+        va, vb = [value(r, name) for r in rows_a], [value(r, name) for r in rows_b]
         if kind == "faithfulness":  # a pair is a unit: faithful at i, unfaithful at i + 1
             units = [
                 i
@@ -411,6 +413,60 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             "units": len(units),
         }
     return out
+
+
+MERGED_ALIKE = ("file", "kind", "engine", "compute", "scale")
+"""What runs reported as one must share: the rows differ, the judging may not."""
+
+
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs on disjoint rows of one file (`--offset` slices scored side by side, by several
+    processes or machines) reported as one: their rows in the order given, every metric and
+    interval computed again over all of them, as one run on those rows would give.
+
+    Raises:
+        ValueError: a run without row values, runs that differ in file, kind, engine, compute
+            or scale, or a row in more than one run.
+    """
+    if any("scored" not in run for run in runs):
+        raise ValueError("every run needs its rows ('scored'): run agreement.py --json again")
+    for key in MERGED_ALIKE:
+        seen = {json.dumps(run.get(key)) for run in runs}
+        if len(seen) > 1:
+            raise ValueError(f"the runs differ in {key}: {', '.join(sorted(seen))}")
+    rows = [row for run in runs for row in run["scored"]]
+    ids = [row["id"] for row in rows]
+    if None in ids:
+        raise ValueError("rows without an id cannot be told apart: give the file's rows ids")
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"{len(twice)} rows are in more than one run, first: {twice[0]}")
+    first = runs[0]
+    kind, scale = first["kind"], first.get("scale") or 1.0
+    out = metrics(rows, kind, scale, pairs=kind == "faithfulness")
+    out.update({key: first.get(key) for key in MERGED_ALIKE})
+    out.update(
+        {
+            "offset": [run.get("offset") for run in runs],
+            "seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1),
+            "scored": rows,
+        }
+    )
+    return out
+
+
+def print_table(out: dict[str, Any], name: str) -> None:
+    print(
+        f"| {name} ({out['kind']}, {out['rows']} rows, {out['invalid']} invalid, "
+        f"{out['too_long']} too long) | value | 95 % CI |"
+    )
+    print("|---|---:|---|")
+    if "pairs" in out:
+        print(f"| pairs scored | {out['pairs_scored']} of {out['pairs']} | |")
+    for metric, m in out.items():
+        if isinstance(m, dict) and "value" in m:
+            lo, hi = m["ci95"]
+            print(f"| {metric} | {m['value']:.3f} | [{lo:.3f}, {hi:.3f}] |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,6 +519,14 @@ def main(argv: list[str] | None = None) -> int:
         help="compare two runs' --json on the same rows (A minus B, paired intervals); scores "
         "nothing",
     )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="report runs' --json on disjoint rows of one file (--offset slices scored side "
+        "by side) as one run; scores nothing",
+    )
     args = parser.parse_args(argv)
     if args.compare:
         try:
@@ -481,6 +545,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"| [{lo:+.3f}, {hi:+.3f}] |"
                 )
         return 0
+    if args.merge:
+        try:
+            out = merge([json.loads(path.read_text()) for path in args.merge])
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--merge: {exc}")
+        print_table(out, f"{Path(out['file']).name}, {len(args.merge)} runs")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(out, indent=2))
+        return 0 if out["invalid"] == 0 else 1
 
     records = [json.loads(line) for line in args.data.open(encoding="utf-8") if line.strip()]
     kind = kind_of(records[0])
@@ -501,16 +575,18 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     results = score(records, kind, engine, args.scale, args.max_questions)
     seconds = time.perf_counter() - t
-    out = metrics(records, results, kind, args.scale, pairs=pairs)
+    rows = scored_rows(records, results, kind, args.scale)
+    out = metrics(rows, kind, args.scale, pairs=pairs)
     out.update(
         {
             "file": rel(args.data),
             "kind": kind,
             "engine": engine.name,
             "compute": getattr(engine, "compute", None),
+            "scale": args.scale,
             "offset": args.offset,
             "seconds": round(seconds, 1),
-            "scored": scored_rows(records, results, kind, args.scale),
+            "scored": rows,
         }
     )
     for label, errors in (
@@ -520,18 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         if errors:
             print(f"{len(errors)} rows {label}, first: {errors[0]}", file=sys.stderr)
 
-    print(
-        f"| {args.data.name} ({kind}, {out['rows']} rows, {out['invalid']} invalid, "
-        f"{out['too_long']} too long) "
-        "| value | 95 % CI |"
-    )
-    print("|---|---:|---|")
-    if pairs:
-        print(f"| pairs scored | {out.get('pairs_scored', 0)} of {out.get('pairs', 0)} | |")
-    for name, m in out.items():
-        if isinstance(m, dict) and "value" in m:
-            lo, hi = m["ci95"]
-            print(f"| {name} | {m['value']:.3f} | [{lo:.3f}, {hi:.3f}] |")
+    print_table(out, args.data.name)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))

@@ -79,7 +79,8 @@ def test_agreement_counts_rows_too_long_for_the_judge_apart_from_invalid_replies
             score=None,
         ),
     ]
-    out = agreement.metrics(records, results, "attribution", 1.0)
+    rows = agreement.scored_rows(records, results, "attribution", 1.0)
+    out = agreement.metrics(rows, "attribution", 1.0)
     assert (out["rows"], out["too_long"], out["invalid"]) == (5, 2, 1)
 
 
@@ -155,9 +156,10 @@ def test_pair_metrics_use_hard_and_soft_axes_of_pairs_scored_on_both_sides():
     def scored(alignment: float, soft: float, error: str | None = None):
         axes = {"alignment": alignment, "coverage": 1.0}
         axes |= {"alignment_soft": soft, "coverage_soft": 1.0}
-        return SimpleNamespace(error=error, score=alignment, axes=axes)
+        kind = None if error is None else "invalid_reply"
+        return SimpleNamespace(error=error, error_kind=kind, score=alignment, axes=axes)
 
-    records = [{"label_faithful": i % 2 == 0} for i in range(6)]
+    records = [{"label_faithful": int(i % 2 == 0), "human_score": 0.5} for i in range(6)]
     results = [
         scored(1.0, 0.9),  # pair 1: hard tie, soft win
         scored(1.0, 0.6),
@@ -166,7 +168,7 @@ def test_pair_metrics_use_hard_and_soft_axes_of_pairs_scored_on_both_sides():
         scored(1.0, 0.9, error="invalid"),  # pair 3: not scored on both sides
         scored(0.0, 0.1),
     ]
-    out = agreement.pair_metrics(records, results, "faithfulness", 1.0)
+    out = agreement.pair_metrics(agreement.scored_rows(records, results, "faithfulness", 1.0))
     assert (out["pairs"], out["pairs_scored"]) == (3, 2)
     assert out["pair_win(alignment)"]["value"] == pytest.approx(0.75)
     assert out["pair_win(alignment_soft)"]["value"] == pytest.approx(0.5)
@@ -279,3 +281,55 @@ def test_agreement_compare_prints_the_paired_table(tmp_path, capsys):
     assert "| value | pair win, A | pair win, B | A - B | 95 % CI (paired) |" in table
     # The same engine on the same rows: every difference is 0, and so is its interval.
     assert "| alignment_soft |" in table and "+0.000 | [+0.000, +0.000] |" in table
+
+
+def _slices(tmp_path, n: int, cut: int) -> tuple[Path, list[Path]]:
+    """A RoSE-like file of n rows, scored by the scripted engine whole and in two slices."""
+    data = tmp_path / "rose.jsonl"
+    rows = [
+        {
+            "id": f"r{i}",
+            "source": f"The bridge opened in {1900 + i}. It is {i} metres long.",
+            "summary": f"The bridge opened in {1900 + i}." if i % 3 else "A bridge.",
+            "human_coverage": (i % 5) / 4,
+        }
+        for i in range(n)
+    ]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    runs = [tmp_path / name for name in ("whole.json", "a.json", "b.json")]
+    base = [str(data), "--backend", "scripted", "--limit"]
+    for run, argv in zip(
+        runs, ([str(n)], [str(cut)], [str(n - cut), "--offset", str(cut)]), strict=True
+    ):
+        assert agreement.main([*base, *argv, "--json", str(run)]) == 0
+    return data, runs
+
+
+def test_merge_of_slices_reports_what_one_run_on_all_their_rows_reports(tmp_path, capsys):
+    _, (whole, a, b) = _slices(tmp_path, 12, 5)
+    out = tmp_path / "merged.json"
+    capsys.readouterr()
+    assert agreement.main(["--merge", str(a), str(b), "--json", str(out)]) == 0
+    assert "| rose.jsonl, 2 runs (coverage, 12 rows, 0 invalid, 0 too long) |" in (
+        capsys.readouterr().out
+    )
+    merged, one = json.loads(out.read_text()), json.loads(whole.read_text())
+    assert [r["id"] for r in merged["scored"]] == [r["id"] for r in one["scored"]]
+    assert merged["offset"] == [0, 5]
+    metrics = [k for k, v in one.items() if isinstance(v, dict) and "value" in v]
+    assert "spearman(coverage, human_coverage)" in metrics
+    # The same rows in the same order: every metric and interval as the single run's.
+    assert {k: merged[k] for k in metrics} == {k: one[k] for k in metrics}
+
+
+def test_merge_refuses_overlapping_or_unlike_runs(tmp_path):
+    _, (whole, a, b) = _slices(tmp_path, 6, 3)
+    runs = [json.loads(path.read_text()) for path in (whole, a, b)]
+    with pytest.raises(ValueError, match="3 rows are in more than one run, first: r"):
+        agreement.merge([runs[0], runs[1]])
+    with pytest.raises(ValueError, match="differ in compute"):
+        agreement.merge([runs[1], {**runs[2], "compute": "int8"}])
+    with pytest.raises(ValueError, match="needs its rows"):
+        agreement.merge([runs[1], {k: v for k, v in runs[2].items() if k != "scored"}])
+    with pytest.raises(SystemExit):  # a usage error on the command line, not a traceback
+        agreement.main(["--merge", str(whole), str(a)])
