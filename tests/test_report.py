@@ -114,6 +114,33 @@ def test_lowest_rows_and_axes() -> None:
     assert cells[(0, 20)] == 6 and sum(cells.values()) == 30
 
 
+def test_soft_axes_and_recall_are_averaged_and_shown_under_their_row() -> None:
+    agg = Aggregator([S, C], ["d.jsonl"])
+    soft = {"alignment_soft": 0.9, "coverage_soft": 0.2}
+    agg.add(rec(1, 0.5, axes={"alignment": 1.0, "coverage": 0.5, **soft}))
+    agg.add(rec(2, 1.0, axes={"alignment": 1.0, "coverage": 1.0, "alignment_soft": 0.7}))
+    agg.add(rec(1, 0.5, scorer=C, axes={"recall": 0.5, "recall_soft": 0.25}))
+    summary = agg.summary()["scorers"]
+    # Each axis over the rows that have it (row 2's engine gave no p for its coverage).
+    assert summary[S]["axes"] == pytest.approx(
+        {"alignment": 1.0, "coverage": 0.75, "alignment_soft": 0.8, "coverage_soft": 0.2}
+    )
+    assert summary[C]["axes"] == {"recall": 0.5, "recall_soft": 0.25}
+    assert "scatter" in summary[S] and "scatter" not in summary[C]
+    lines = format_report(agg.summary()).splitlines()
+    assert lines[2].split()[-2:] == ["1.000", "0.750"]
+    assert lines[3].split() == [
+        "axes,",
+        "mean:",
+        "alignment_soft",
+        "0.800,",
+        "coverage_soft",
+        "0.200",
+    ]
+    assert lines[4].split()[0] == C and lines[4].split()[-2:] == ["-", "-"]
+    assert lines[5].split() == ["axes,", "mean:", "recall", "0.500,", "recall_soft", "0.250"]
+
+
 def test_memory_is_bounded_by_rows_not_by_text() -> None:
     agg = Aggregator([S], ["d.jsonl"])
     for row in range(1, 20_001):

@@ -3,9 +3,10 @@
 `Aggregator` takes `results.jsonl` records one at a time and keeps only bounded state, so a
 1 M-row run aggregates in flat memory: a byte per (file, row, scorer) for what is done (its
 `Ledger`), a count per distinct score (scores are ratios of small counts, so exact percentiles
-need no list of scores), a binned alignment-vs-coverage grid, token sums, and the few
-lowest-scoring rows. The latest outcome of a (row, scorer) wins: a success is counted once, and
-a failure only while no success follows it. The static page is `evalgpu.report_html`.
+need no list of scores), the sum of each axis (hard and soft), a binned alignment-vs-coverage
+grid, token sums, and the few lowest-scoring rows. The latest outcome of a (row, scorer) wins:
+a success is counted once, and a failure only while no success follows it. The static page is
+`evalgpu.report_html`.
 """
 
 from __future__ import annotations
@@ -44,9 +45,8 @@ class _Scorer:
 
     scores: Counter[float] = field(default_factory=Counter)
     total: float = 0.0
-    axes_n: int = 0
-    alignment: float = 0.0
-    coverage: float = 0.0
+    axis_sum: dict[str, float] = field(default_factory=dict)
+    axis_n: Counter[str] = field(default_factory=Counter)
     grid: Counter[tuple[int, int]] = field(default_factory=Counter)
     tokens: Counter[str] = field(default_factory=Counter)
     lowest: list[tuple[float, int, dict[str, Any]]] = field(default_factory=list)
@@ -101,12 +101,14 @@ class Aggregator:
         agg.scores[round(float(score), 9)] += 1
         agg.total += score
         axes = record.get("axes")
-        if isinstance(axes, dict) and {"alignment", "coverage"} <= axes.keys():
-            a, c = float(axes["alignment"]), float(axes["coverage"])
-            agg.axes_n += 1
-            agg.alignment += a
-            agg.coverage += c
-            agg.grid[(round(a * GRID), round(c * GRID))] += 1
+        if isinstance(axes, dict):
+            for name, value in axes.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    agg.axis_sum[name] = agg.axis_sum.get(name, 0.0) + float(value)
+                    agg.axis_n[name] += 1
+            if {"alignment", "coverage"} <= axes.keys():
+                a, c = float(axes["alignment"]), float(axes["coverage"])
+                agg.grid[(round(a * GRID), round(c * GRID))] += 1
         self._seq += 1
         item = (-float(score), -self._seq, _brief(record))  # ties: the earliest rows stay
         if len(agg.lowest) < LOWEST:
@@ -148,11 +150,9 @@ class Aggregator:
                 "lowest": [b for _, _, b in sorted(agg.lowest, reverse=True)],
                 "failures": list(agg.failures.values()),
             }
-            if agg.axes_n:
-                entry["axes"] = {
-                    "alignment": agg.alignment / agg.axes_n,
-                    "coverage": agg.coverage / agg.axes_n,
-                }
+            if agg.axis_n:  # each axis's mean over the rows that have it
+                entry["axes"] = {name: agg.axis_sum[name] / n for name, n in agg.axis_n.items()}
+            if agg.grid:
                 entry["scatter"] = {
                     "grid": GRID,
                     "cells": [[a, c, n] for (a, c), n in sorted(agg.grid.items())],
@@ -264,6 +264,11 @@ def format_report(summary: dict[str, Any], several_files: bool = False) -> str:
             f"{fmt(s['percentiles']['p90']):>6} {fmt(axes.get('alignment')):>6} "
             f"{fmt(axes.get('coverage')):>6}"
         )
+        # Under its row, the axes the columns do not show: soft (mean p of true), recall.
+        others = {k: v for k, v in axes.items() if k not in ("alignment", "coverage")}
+        if others:
+            listed = ", ".join(f"{k} {fmt(v)}" for k, v in others.items())
+            lines.append(f"{'':<24} axes, mean: {listed}")
     for scorer, s in summary["scorers"].items():
         if s["lowest"]:
             lines += ["", f"Lowest scores, {scorer}:"]
