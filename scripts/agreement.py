@@ -56,6 +56,7 @@ import json
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -438,7 +439,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ids = [row["id"] for row in rows]
     if None in ids:
         raise ValueError("rows without an id cannot be told apart: give the file's rows ids")
-    twice = sorted({i for i in ids if ids.count(i) > 1})
+    twice = sorted(i for i, n in Counter(ids).items() if n > 1)
     if twice:
         raise ValueError(f"{len(twice)} rows are in more than one run, first: {twice[0]}")
     first = runs[0]
@@ -448,7 +449,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out.update(
         {
             "offset": [run.get("offset") for run in runs],
-            "seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1),
+            "seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1),  # of all slices
             "scored": rows,
         }
     )
