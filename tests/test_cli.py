@@ -137,9 +137,15 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
         ),
         ([*RUN, "--compute", "fp8"], "argument --compute: invalid choice: 'fp8'"),
         ([*RUN, "--threads", "0"], "threads must be >= 1, got 0"),
+        ([*RUN, "--batch-size", "0"], "batch_size must be >= 1, got 0"),
         (
             [*RUN, "--threads", "2", *SCRIPTED],
-            "compute and threads are options of the transformers engine, not of backend 'scripted'",
+            "threads is an option of the transformers engine, not of backend 'scripted'",
+        ),
+        (
+            [*RUN, "--compute", "int8", "--batch-size", "4", *SCRIPTED],
+            "compute and batch_size are options of the transformers engine, not of backend "
+            "'scripted'",
         ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
         (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),
@@ -871,7 +877,7 @@ def test_resume_scores_only_what_is_missing(
     assert code == 0 and "0 rows in" in err and len(records(out)) == 10
 
 
-def test_compute_and_threads_reach_the_transformers_engine_and_are_not_configuration(
+def test_engine_options_reach_the_transformers_engine_and_are_not_configuration(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import evalgpu.engines
@@ -888,12 +894,14 @@ def test_compute_and_threads_reach_the_transformers_engine_and_are_not_configura
     out = tmp_path / "out"
     base = ["run", data, "--scorer", "summarization", "--out", out]
     assert run_cli(capsys, *base, "--limit", "1")[0] == 0
-    # Resumed with a compute and threads: the same configuration, on the transformers engine
+    # Resumed with engine options: the same configuration, on the transformers engine
     # (which "auto" would not pick on a machine with vLLM and a GPU).
-    assert run_cli(capsys, *base, "--compute", "int8", "--threads", "2")[0] == 0
+    assert (
+        run_cli(capsys, *base, "--compute", "int8", "--threads", "2", "--batch-size", "4")[0] == 0
+    )
     assert loaded == [
         (None, "auto", {}),
-        (None, "transformers", {"compute": "int8", "threads": 2}),
+        (None, "transformers", {"compute": "int8", "threads": 2, "batch_size": 4}),
     ]
     assert len(successes(out)) == 2
 

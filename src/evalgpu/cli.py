@@ -148,6 +148,13 @@ def _parser() -> argparse.ArgumentParser:
         "more threads collapse beside a busy process)",
     )
     run.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="the transformers engine's requests decoded together (default: 16); fewer "
+        "take less memory above the model",
+    )
+    run.add_argument(
         "--ray",
         action="store_true",
         help='score on a Ray cluster, one engine replica per actor (pip install "evalgpu[ray]")',
@@ -244,6 +251,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         limit=args.limit,
         compute=args.compute,
         threads=args.threads,
+        batch_size=args.batch_size,
     )
 
 

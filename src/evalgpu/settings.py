@@ -50,10 +50,12 @@ class RunSettings:
             None: its default, "auto"). Given with backend "auto", it loads the transformers
             engine.
         threads: the transformers engine's torch threads on a CPU (None: its measured default).
+        batch_size: the transformers engine's requests decoded together (None: its default,
+            16); its KV caches, and so its memory above the model, grow with it.
 
-    `compute` and `threads` are options of the engine, not of the scores: like the machine
-    that "auto" resolves on, they are not part of a folder's configuration, so a folder can be
-    resumed with another compute.
+    `compute`, `threads` and `batch_size` are options of the engine, not of the scores: like
+    the machine that "auto" resolves on, they are not part of a folder's configuration, so a
+    folder can be resumed with another compute.
     """
 
     data: tuple[Path, ...]
@@ -69,6 +71,7 @@ class RunSettings:
     limit: int | None = None
     compute: str | None = None
     threads: int | None = None
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         # Normalise first, then validate (vLLM's SamplingParams order).
@@ -107,19 +110,23 @@ class RunSettings:
             raise ValueError(f"limit must be >= 0, got {self.limit!r}")
         if self.compute is not None and self.compute not in COMPUTES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {self.compute!r}")
-        if self.threads is not None and (
-            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
-        ):
-            raise ValueError(f"threads must be >= 1, got {self.threads!r}")
-        if self.engine_options() and self.backend not in ("auto", "transformers"):
+        for name in ("threads", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(f"{name} must be >= 1, got {value!r}")
+        given = list(self.engine_options())
+        if given and self.backend not in ("auto", "transformers"):
+            are = "is an option" if len(given) == 1 else "are options"
             raise ValueError(
-                "compute and threads are options of the transformers engine, "
+                f"{' and '.join(given)} {are} of the transformers engine, "
                 f"not of backend {self.backend!r}"
             )
 
     def engine_options(self) -> dict[str, Any]:
         """The options given for the engine (`load_engine`'s keyword arguments)."""
-        options = {"compute": self.compute, "threads": self.threads}
+        options = {"compute": self.compute, "threads": self.threads, "batch_size": self.batch_size}
         return {key: value for key, value in options.items() if value is not None}
 
     def load_engine(self) -> Engine:
