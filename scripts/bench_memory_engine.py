@@ -15,6 +15,7 @@ a cap keeps a run short.
 
     .venv/bin/python scripts/bench_memory_engine.py --model smollm2-135m-instruct
     .venv/bin/python scripts/bench_memory_engine.py --wave frank --max-tokens 64 --json out.json
+    .venv/bin/python scripts/bench_memory_engine.py --wave frank --compute float32 --batch-size 4
 """
 
 from __future__ import annotations
@@ -103,8 +104,11 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     sampler = Sampler(args.abort_gb)
     sampler.start()
     t = time.perf_counter()
-    engine = TransformersEngine(str(resolve_model(args.model)), batch_size=16, threads=1)
-    out: dict[str, Any] = {"wave": args.wave, "model": args.model}
+    engine = TransformersEngine(
+        str(resolve_model(args.model)), batch_size=args.batch_size, compute=args.compute, threads=1
+    )
+    out: dict[str, Any] = {"wave": args.wave, "model": args.model, "compute": engine.compute}
+    out["batch_size"] = args.batch_size
     out["load_s"] = round(time.perf_counter() - t, 1)
     out["rss_after_load_gb"] = round(vmrss_gb(), 2)
     build = frank_requests if args.wave == "frank" else attribution_requests
@@ -143,6 +147,8 @@ def main() -> int:
     parser.add_argument("--wave", choices=["frank", "attribution", "both"], default="both")
     parser.add_argument("--n", type=int, default=0, help="sources (frank) or rows; 0: 8 / 16")
     parser.add_argument("--max-tokens", type=int, default=0, help="cap on each reply; 0: none")
+    parser.add_argument("--batch-size", type=int, default=16, help="requests decoded together")
+    parser.add_argument("--compute", default="auto", help="auto, bfloat16, int8, float32")
     parser.add_argument("--abort-gb", type=float, default=9.0)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -155,7 +161,8 @@ def main() -> int:
     for wave in ["frank", "attribution"] if args.wave == "both" else [args.wave]:
         argv = [sys.executable, __file__, "--child", "--wave", wave, "--model", args.model]
         argv += ["--n", str(args.n), "--max-tokens", str(args.max_tokens)]
-        argv += ["--abort-gb", str(args.abort_gb)]
+        argv += ["--abort-gb", str(args.abort_gb), "--batch-size", str(args.batch_size)]
+        argv += ["--compute", args.compute]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         line = (proc.stdout.strip().splitlines() or ["{}"])[-1]
         result = json.loads(line) if line.startswith("{") else {"error": proc.stderr[-2000:]}
