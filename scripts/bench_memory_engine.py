@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +47,28 @@ def vmrss_gb() -> float:
 
 
 class Sampler(threading.Thread):
-    """Samples VmRSS every 50 ms; kills the process above `abort_gb`."""
+    """Samples VmRSS every 50 ms, keeping the peak and every sample since `reset`; kills the
+    process above `abort_gb`."""
 
     def __init__(self, abort_gb: float) -> None:
         super().__init__(daemon=True)
         self.abort_gb, self.peak = abort_gb, 0.0
+        self.samples: list[float] = []
+
+    def reset(self) -> None:
+        self.peak, self.samples = 0.0, []
+
+    def quarters(self) -> list[float]:
+        """The peak of each quarter of the samples since `reset`: does memory creep?"""
+        n = len(self.samples)
+        cuts = [round(n * k / 4) for k in range(5)]
+        return [round(max(self.samples[a:b], default=0.0), 2) for a, b in pairwise(cuts)]
 
     def run(self) -> None:
         while True:
             now = vmrss_gb()
             self.peak = max(self.peak, now)
+            self.samples.append(now)
             if now > self.abort_gb:
                 print(json.dumps({"aborted_at_gb": round(now, 2)}), flush=True)
                 os._exit(3)
@@ -118,7 +131,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             JudgeRequest(r.tag, r.messages, r.schema, min(r.max_tokens, args.max_tokens))
             for r in requests
         ]
-    sampler.peak = 0.0
+    sampler.reset()
     t = time.perf_counter()
     replies = engine.generate(requests)
     seconds = time.perf_counter() - t
@@ -134,6 +147,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         "wave_s": round(seconds, 1),
         "output_tok_s": round(output / seconds, 2),
         "peak_rss_wave_gb": round(sampler.peak, 2),
+        "peak_rss_by_quarter_gb": sampler.quarters(),
         "ru_maxrss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
         "rss_after_wave_gb": round(vmrss_gb(), 2),
         "replies": [r.text for r in replies],
