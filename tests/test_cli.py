@@ -147,6 +147,11 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
             "compute and batch_size are options of the transformers engine, not of backend "
             "'scripted'",
         ),
+        (
+            [*RUN, "--compute", "int8", "--threads", "1", "--batch-size", "4", *SCRIPTED],
+            "compute, threads and batch_size are options of the transformers engine, not of "
+            "backend 'scripted'",
+        ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
         (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),
     ],

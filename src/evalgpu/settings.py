@@ -118,10 +118,10 @@ class RunSettings:
                 raise ValueError(f"{name} must be >= 1, got {value!r}")
         given = list(self.engine_options())
         if given and self.backend not in ("auto", "transformers"):
+            named = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
             are = "is an option" if len(given) == 1 else "are options"
             raise ValueError(
-                f"{' and '.join(given)} {are} of the transformers engine, "
-                f"not of backend {self.backend!r}"
+                f"{named} {are} of the transformers engine, not of backend {self.backend!r}"
             )
 
     def engine_options(self) -> dict[str, Any]:
