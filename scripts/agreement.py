@@ -230,11 +230,6 @@ def soft_score(result: Any, kind: str, scale: float) -> float | None:
     return float(min(axes["alignment_soft"], axes["coverage_soft"]) * scale)
 
 
-def axis(result: Any, name: str) -> float | None:
-    value = (getattr(result, "axes", None) or {}).get(name)
-    return None if value is None else float(value)
-
-
 def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any]]:
     """Each row's id, human labels and values, in scoring order (FRANK: faithful, unfaithful,
     pair by pair). The metrics are computed from these alone, so that two runs on the same
