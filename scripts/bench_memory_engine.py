@@ -47,16 +47,21 @@ def vmrss_gb() -> float:
 
 
 class Sampler(threading.Thread):
-    """Samples VmRSS every 50 ms, keeping the peak and every sample since `reset`; kills the
-    process above `abort_gb`."""
+    """Samples VmRSS every 50 ms, keeping every sample since `reset`; kills the process above
+    `abort_gb`."""
 
     def __init__(self, abort_gb: float) -> None:
         super().__init__(daemon=True)
-        self.abort_gb, self.peak = abort_gb, 0.0
+        self.abort_gb = abort_gb
         self.samples: list[float] = []
 
     def reset(self) -> None:
-        self.peak, self.samples = 0.0, []
+        self.samples = []
+
+    @property
+    def peak(self) -> float:
+        """The highest sample since `reset`."""
+        return max(self.samples, default=0.0)
 
     def quarters(self) -> list[float]:
         """The peak of each quarter of the samples since `reset`: does memory creep?"""
@@ -67,7 +72,6 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while True:
             now = vmrss_gb()
-            self.peak = max(self.peak, now)
             self.samples.append(now)
             if now > self.abort_gb:
                 print(json.dumps({"aborted_at_gb": round(now, 2)}), flush=True)
