@@ -504,6 +504,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the transformers engine's compute (auto, bfloat16, int8, float32; default: auto)",
     )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="the transformers engine's rows decoded together (default 16); lower it where "
+        "long contexts decoded together run out of memory",
+    )
     parser.add_argument("--max-questions", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--json", type=Path, default=None)
@@ -566,7 +573,9 @@ def main(argv: list[str] | None = None) -> int:
             random.Random(args.seed).shuffle(records)
         end = None if args.limit is None else args.offset + args.limit
         records = records[args.offset : end]
-    options = {} if args.compute is None else {"compute": args.compute}
+    options: dict[str, Any] = {} if args.compute is None else {"compute": args.compute}
+    if args.batch_size is not None:
+        options["batch_size"] = args.batch_size
     engine = load_engine(args.model, backend=args.backend, **options)
     t = time.perf_counter()
     results = score(records, kind, engine, args.scale, args.max_questions)
@@ -579,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             "kind": kind,
             "engine": engine.name,
             "compute": getattr(engine, "compute", None),
+            "batch_size": getattr(engine, "batch_size", None),
             "scale": args.scale,
             "offset": args.offset,
             "seconds": round(seconds, 1),
