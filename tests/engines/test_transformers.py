@@ -9,7 +9,12 @@ import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
-from evalgpu.engines._compute import choose_cpu_compute, cpu_flags, resolve_compute
+from evalgpu.engines._compute import (
+    INT8_CAVEAT,
+    choose_cpu_compute,
+    cpu_flags,
+    resolve_compute,
+)
 from evalgpu.engines._decode import (
     KVBatch,
     Slot,
@@ -210,7 +215,7 @@ def test_an_asked_compute_or_dtype_wins_over_the_cpu(monkeypatch):
     assert resolve_compute("auto", None, "cpu") == ("bfloat16", "the CPU has AVX512-BF16")
     monkeypatch.setattr(_compute, "cpu_flags", lambda: frozenset({"avx2"}))
     assert resolve_compute("auto", "auto", "cpu")[0] == "float32"
-    assert resolve_compute("int8", None, "cpu") == ("int8", "asked for")
+    assert resolve_compute("int8", None, "cpu") == ("int8", f"asked for; {INT8_CAVEAT}")
     assert resolve_compute("float32", None, "cpu") == ("float32", "asked for")
     assert resolve_compute("auto", "float16", "cpu") == ("float16", "the dtype asked for")
     assert resolve_compute("auto", None, "cuda") == ("bfloat16", "the default on cuda")

@@ -11,7 +11,14 @@ Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
   output channel, activations per batch; fbgemm kernels, AVX2). The fastest here (21.5
   tok/s), but lossy: 7 or 8 of 8 replies differ from float32's, 22 % of next-token choices,
   and its coverage axis agreed with people at chance on 120 RoSE rows (bfloat16: 0.23 on
-  60), while soft alignment and attribution held. Only on request;
+  60), while soft alignment and attribution held. Nor is it reproducible row by row: one
+  scale quantizes the activations of all the rows decoded together, so a row's logits, and
+  then its replies, depend on the rows beside it, the batch size and where a resumed run
+  starts (one Linear, a row alone and beside a row of larger activations: outputs up to
+  0.26 apart, float32 5e-7; the same 60 AttributionBench rows gave balanced accuracy 0.48
+  in one run and 0.59 in another, docs/BENCHMARKS.md). torch's int8 kernels that would scale
+  each row apart (`_int_mm`, `_weight_int8pack_mm`) ran ~100x slower than fbgemm's on an
+  AVX2 CPU. Only on request;
 - **float32**: the reference, and the fallback. Slow on this AMD CPU (prefill 22-38 tok/s, a
   wave at 6 tok/s: its float32 matmuls do not take an AVX-512 path); on an AVX2-only EPYC
   a wave at 5 tok/s, where int8 gives 10.6.
@@ -40,6 +47,9 @@ __all__ = [
 
 COMPUTES = ("auto", "bfloat16", "int8", "float32")
 """The values of the engine's `compute` option."""
+
+INT8_CAVEAT = "lossy, and a row's replies depend on the rows decoded beside it"
+"""What the load note says when int8 is asked for (see the module docstring)."""
 
 DEFAULT_THREADS = 1
 """Torch threads on a CPU. Measured on 2 cores (bfloat16, a wave of 8 requests): 1 thread
@@ -84,6 +94,8 @@ def resolve_compute(compute: str, dtype: str | None, device: str) -> tuple[str, 
     if compute != "auto":
         if compute == "int8" and device != "cpu":
             raise ValueError(f"compute='int8' runs on a CPU only, got device={device!r}")
+        if compute == "int8":
+            return compute, f"asked for; {INT8_CAVEAT}"
         return compute, "asked for"
     if dtype not in (None, "auto"):
         return str(dtype), "the dtype asked for"
