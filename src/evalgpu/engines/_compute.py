@@ -91,11 +91,11 @@ def resolve_compute(compute: str, dtype: str | None, device: str) -> tuple[str, 
     Raises:
         ValueError: int8 asked for on another device than the CPU.
     """
-    if compute != "auto":
-        if compute == "int8" and device != "cpu":
+    if compute == "int8":
+        if device != "cpu":
             raise ValueError(f"compute='int8' runs on a CPU only, got device={device!r}")
-        if compute == "int8":
-            return compute, f"asked for; {INT8_CAVEAT}"
+        return compute, f"asked for; {INT8_CAVEAT}"
+    if compute != "auto":
         return compute, "asked for"
     if dtype not in (None, "auto"):
         return str(dtype), "the dtype asked for"
