@@ -573,10 +573,11 @@ def main(argv: list[str] | None = None) -> int:
             random.Random(args.seed).shuffle(records)
         end = None if args.limit is None else args.offset + args.limit
         records = records[args.offset : end]
-    options: dict[str, Any] = {} if args.compute is None else {"compute": args.compute}
-    if args.batch_size is not None:
-        options["batch_size"] = args.batch_size
-    engine = load_engine(args.model, backend=args.backend, **options)
+    # With --backend auto, either option loads the transformers engine (load_engine's rule).
+    options = {"compute": args.compute, "batch_size": args.batch_size}
+    engine = load_engine(
+        args.model, backend=args.backend, **{k: v for k, v in options.items() if v is not None}
+    )
     t = time.perf_counter()
     results = score(records, kind, engine, args.scale, args.max_questions)
     seconds = time.perf_counter() - t

@@ -899,14 +899,14 @@ def test_engine_options_reach_the_transformers_engine_and_are_not_configuration(
     out = tmp_path / "out"
     base = ["run", data, "--scorer", "summarization", "--out", out]
     assert run_cli(capsys, *base, "--limit", "1")[0] == 0
-    # Resumed with engine options: the same configuration, on the transformers engine
-    # (which "auto" would not pick on a machine with vLLM and a GPU).
+    # Resumed with engine options: the same configuration ("auto" with them picks the
+    # transformers engine: tests/engines/test_load_engine.py).
     assert (
         run_cli(capsys, *base, "--compute", "int8", "--threads", "2", "--batch-size", "4")[0] == 0
     )
     assert loaded == [
         (None, "auto", {}),
-        (None, "transformers", {"compute": "int8", "threads": 2, "batch_size": 4}),
+        (None, "auto", {"compute": "int8", "threads": 2, "batch_size": 4}),
     ]
     assert len(successes(out)) == 2
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from evalgpu.data import FileInfo, file_format
-from evalgpu.engines import COMPUTES
+from evalgpu.engines import COMPUTES, TRANSFORMERS_OPTIONS
 from evalgpu.engines.base import Engine
 from evalgpu.results import RESULT_VERSION
 from evalgpu.rows import RowReader
@@ -47,15 +47,15 @@ class RunSettings:
         chunk_size: rows scored per engine batch and per append (>= 1).
         limit: read at most this many rows in all (None: all). Rows already scored count.
         compute: the transformers engine's compute ("auto", "bfloat16", "int8", "float32";
-            None: its default, "auto"). Given with backend "auto", it loads the transformers
-            engine.
+            None: its default, "auto").
         threads: the transformers engine's torch threads on a CPU (None: its measured default).
         batch_size: the transformers engine's requests decoded together (None: its default,
             16); its KV caches, and so its memory above the model, grow with it.
 
     `compute`, `threads` and `batch_size` are options of the engine, not of the scores: like
     the machine that "auto" resolves on, they are not part of a folder's configuration, so a
-    folder can be resumed with another compute.
+    folder can be resumed with another compute. Given with backend "auto", any of them loads
+    the transformers engine (`evalgpu.engines.TRANSFORMERS_OPTIONS`).
     """
 
     data: tuple[Path, ...]
@@ -126,16 +126,14 @@ class RunSettings:
 
     def engine_options(self) -> dict[str, Any]:
         """The options given for the engine (`load_engine`'s keyword arguments)."""
-        options = {"compute": self.compute, "threads": self.threads, "batch_size": self.batch_size}
-        return {key: value for key, value in options.items() if value is not None}
+        options = {name: getattr(self, name) for name in TRANSFORMERS_OPTIONS}
+        return {name: value for name, value in options.items() if value is not None}
 
     def load_engine(self) -> Engine:
         """The judge these settings name (`evalgpu.engines.load_engine`, cached per process)."""
         from evalgpu.engines import load_engine
 
-        options = self.engine_options()
-        backend = "transformers" if options and self.backend == "auto" else self.backend
-        return load_engine(self.model, backend=backend, **options)
+        return load_engine(self.model, backend=self.backend, **self.engine_options())
 
     def config(self, files: list[FileInfo]) -> dict[str, Any]:
         """What a resumed run must match, with its hash (file paths are not in the hash)."""

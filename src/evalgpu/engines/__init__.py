@@ -10,10 +10,21 @@ from typing import Any
 from evalgpu.engines._compute import COMPUTES
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 
-__all__ = ["BACKENDS", "COMPUTES", "Engine", "JudgeReply", "JudgeRequest", "load_engine"]
+__all__ = [
+    "BACKENDS",
+    "COMPUTES",
+    "TRANSFORMERS_OPTIONS",
+    "Engine",
+    "JudgeReply",
+    "JudgeRequest",
+    "load_engine",
+]
 
 BACKENDS = ("auto", "vllm", "transformers", "scripted")
 """Built-in backends ("scripted": rules, no model); "package.module:factory" names your own."""
+
+TRANSFORMERS_OPTIONS = ("compute", "threads", "batch_size")
+"""Options that only the transformers engine takes: given with backend "auto", they pick it."""
 
 _ENGINES: dict[tuple[str, str, str], Engine] = {}
 """Engines loaded in this process, by (model folder, backend, options): a model loads once."""
@@ -25,10 +36,11 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
     Args:
         model: a model folder, a preset name from `models/`, or None for the default model.
         backend: "auto" (vLLM when importable and a CUDA device is present, else
-            transformers), "vllm", "transformers", "scripted" (deterministic rules and no
-            model, for testing a pipeline: `evalgpu.engines.scripted`), or
-            "package.module:factory" to bring your own engine: the factory is called as
-            `factory(model, **options)`.
+            transformers; transformers whenever an option of `TRANSFORMERS_OPTIONS` is
+            given, since vLLM takes none of them), "vllm", "transformers", "scripted"
+            (deterministic rules and no model, for testing a pipeline:
+            `evalgpu.engines.scripted`), or "package.module:factory" to bring your own
+            engine: the factory is called as `factory(model, **options)`.
         **options: passed to the engine, over the preset's options (dtype, max_model_len,
             chat_template_kwargs, ...) when `model` names a preset or its folder.
 
@@ -65,7 +77,8 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
 
     path = resolve_model(model)
     if backend == "auto":
-        backend = "vllm" if _cuda_with_vllm() else "transformers"
+        transformers_only = any(name in options for name in TRANSFORMERS_OPTIONS)
+        backend = "vllm" if not transformers_only and _cuda_with_vllm() else "transformers"
     preset = preset_for(model)
     options = {**(preset.engine_options(backend) if preset else {}), **options}
     key = (str(path.resolve()), backend, json.dumps(options, sort_keys=True, default=repr))
