@@ -137,8 +137,8 @@ def _parser() -> argparse.ArgumentParser:
         "--compute",
         choices=COMPUTES,
         help="the transformers engine's compute: auto picks by the CPU's features "
-        "(bfloat16 where native, else float32); int8 is faster but lossy, its coverage "
-        "axis at chance on RoSE (default: auto)",
+        "(bfloat16 where native, else float32); int8 is about twice float32's speed but "
+        "lossy (default: auto)",
     )
     run.add_argument(
         "--threads",

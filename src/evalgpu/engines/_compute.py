@@ -7,18 +7,17 @@ Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
   tok/s; 99.5 % of next-token choices are float32's, and most replies (5 to 8 of 8). Native
   where the CPU has AVX512-BF16 or AMX; elsewhere it is emulated (on an AVX2-only EPYC one
   wave had not finished after 14 minutes);
-- **int8**: every Linear of the body quantized dynamically (`torch.ao`, int8 weights per
-  output channel, activations per batch; fbgemm kernels, AVX2). The fastest here (21.5
-  tok/s), but lossy: 7 or 8 of 8 replies differ from float32's, 22 % of next-token choices,
-  and its coverage axis agreed with people at chance on 120 RoSE rows (bfloat16: 0.23 on
-  60), while soft alignment and attribution held. Nor is it reproducible row by row: one
-  scale quantizes the activations of all the rows decoded together, so a row's logits, and
-  then its replies, depend on the rows beside it, the batch size and where a resumed run
-  starts (one Linear, a row alone and beside a row of larger activations: outputs up to
-  0.26 apart, float32 5e-7; the same 60 AttributionBench rows gave balanced accuracy 0.48
-  in one run and 0.59 in another, docs/BENCHMARKS.md). torch's int8 kernels that would scale
-  each row apart (`_int_mm`, `_weight_int8pack_mm`) ran ~100x slower than fbgemm's on an
-  AVX2 CPU. Only on request;
+- **int8**: every Linear of the body in int8 (`evalgpu.engines._int8`: int8 weights per
+  output channel, each token's activations quantized on its own; fbgemm kernels, AVX2). The
+  fastest here (21.5 tok/s, measured when activations were quantized per batch), but lossy:
+  on the AVX2-only EPYC, every reply of a wave of 8 differs from float32's, and 6.5 % of
+  next-token choices (per batch, as it first was: 22 %, and 3 of 8 replies invalid, in the
+  same time). Per batch, its coverage axis agreed with people at chance on 120 RoSE rows
+  (bfloat16: 0.23 on 60). And a row's replies can depend on the rows decoded beside it:
+  per batch through the shared scale (the same 60 AttributionBench rows gave balanced
+  accuracy 0.48 in one run and 0.59 in another); per token, because float32's rounding
+  (~1e-5) differs with the batch's shape, and a quantization step magnifies it. Only on
+  request;
 - **float32**: the reference, and the fallback. Slow on this AMD CPU (prefill 22-38 tok/s, a
   wave at 6 tok/s: its float32 matmuls do not take an AVX-512 path); on an AVX2-only EPYC
   a wave at 5 tok/s, where int8 gives 10.6.
@@ -33,7 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 __all__ = [
     "COMPUTES",
@@ -48,7 +47,7 @@ __all__ = [
 COMPUTES = ("auto", "bfloat16", "int8", "float32")
 """The values of the engine's `compute` option."""
 
-INT8_CAVEAT = "lossy, and a row's replies depend on the rows decoded beside it"
+INT8_CAVEAT = "lossy, and a row's replies can depend on the rows decoded beside it"
 """What the load note says when int8 is asked for (see the module docstring)."""
 
 DEFAULT_THREADS = 1
@@ -75,7 +74,7 @@ def choose_cpu_compute(flags: Collection[str]) -> tuple[str, str]:
     """The compute for a CPU with these flags, and why (a few words for the load note).
 
     bfloat16 where the CPU multiplies it natively (AMX or AVX512-BF16), else float32: int8 is
-    faster but changes most replies (see the module docstring), so it is never chosen for a
+    faster but changes every reply (see the module docstring), so it is never chosen for a
     user; `compute="int8"` asks for it.
     """
     if "amx_bf16" in flags:
@@ -231,10 +230,10 @@ def _float32_head(model: Any, checkpoint: Checkpoint) -> None:
 
 
 def _quantize_linears(model: Any, checkpoint: Checkpoint) -> None:
-    """Every Linear but `lm_head` replaced by a dynamic int8 Linear (per-channel weights)."""
+    """Every Linear but `lm_head` replaced by an int8 Linear (`evalgpu.engines._int8`)."""
     import torch
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-    from torch.ao.quantization import per_channel_dynamic_qconfig
+
+    from evalgpu.engines._int8 import RowwiseInt8Linear
 
     head = model.get_output_embeddings()
     # Parents only: a list holding the Linear modules themselves would keep every float32
@@ -249,6 +248,5 @@ def _quantize_linears(model: Any, checkpoint: Checkpoint) -> None:
             if type(child) is torch.nn.Linear and child is not head:
                 linear: Any = child
                 _cast(linear, f"{prefix}.{name}" if prefix else name, checkpoint, torch.float32)
-                linear.qconfig = per_channel_dynamic_qconfig
-                setattr(parent, name, cast(Any, DynamicLinear).from_float(linear))
+                setattr(parent, name, RowwiseInt8Linear(linear))
                 del child, linear

@@ -57,9 +57,10 @@ class TransformersEngine:
         batch_size: rows decoded together; requests of any schema share them.
         compute: what the model computes in: "auto" (on a CPU, by what it has: see
             `evalgpu.engines._compute.choose_cpu_compute`; on a GPU, `dtype`), or one of
-            "bfloat16", "int8" (dynamic int8 Linear layers, CPU only), "float32". The head
-            (`lm_head`) computes in float32 whatever the body's compute. The engine's
-            `compute` attribute says what was picked, and loading prints it on stderr.
+            "bfloat16", "int8" (int8 Linear layers, activations per token, CPU only),
+            "float32". The head (`lm_head`) computes in float32 whatever the body's compute.
+            The engine's `compute` attribute says what was picked, and loading prints it on
+            stderr.
         dtype: the weights' torch dtype name for "auto" compute ("auto"/None: bfloat16 on
             CUDA, the CPU's choice on a CPU); a preset's `dtype` (such as "bfloat16" for the
             7B models on a GPU) arrives here.
