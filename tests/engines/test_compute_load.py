@@ -89,11 +89,6 @@ def test_int8_quantizes_the_linears_of_the_body_from_float32_weights(stored_bf16
     assert torch.equal(q_proj.bias, reference.model.layers[0].self_attn.q_proj.bias)
     assert model.get_output_embeddings().weight.dtype == torch.float32
     assert all(p.dtype == torch.float32 for p in model.parameters())
-    # A row's logits are the same alone and beside another row.
-    other = torch.tensor([[4, 80, 90, 12, 3, 60]])
-    with torch.inference_mode():
-        alone, beside = model(IDS).logits, model(torch.cat([IDS, other])).logits[:1]
-    assert torch.equal(alone, beside)
 
 
 def test_a_checkpoint_reads_a_tensor_into_a_dtype_and_falls_back_to_the_model_where_absent(
