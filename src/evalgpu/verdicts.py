@@ -5,15 +5,16 @@ a contract (docs/SEMANTICS.md §1). Each list has `maxItems` and each string a `
 reply that follows the schema always fits its `max_tokens` (docs/SEMANTICS.md §3): a small judge
 model left unbounded rambles in free-text fields until it is cut.
 
-Inside a verdict, `reason` comes before the boolean on purpose: the judge writes its evidence
-first and decides after, instead of justifying a coin it has already tossed. JSON objects are
-unordered, so readers of the result see the contract's fields either way.
+Two kinds of reply. Lists (`Claims`, `Questions`) are what a judge extracts from one text,
+seeing that text alone. Verdicts (`Supported`, `SaysYes`, `Answered`, `Attributed`) check one
+claim or question against one text; their boolean is the first field, so that the judge decides
+at its first token, where its probability is read, and a verify call costs its claim and one
+verdict token (docs/SEMANTICS.md §1: why the judge is asked this way).
 
-Every list also has the lower bound its step implies, so that constrained decoding cannot take
-the shortest valid path (`{"alignment": []}`), which a small judge otherwise takes: a non-blank
-summary makes at least one claim, a non-blank source yields at least one question, a non-blank
-ground truth at least one claim; and a reply that judges a given list has exactly one verdict
-per item (`coverage_schema`, `attribution_schema`: one class per count, built once).
+Every list has the lower bound its step implies, so that constrained decoding cannot take
+the shortest valid path (`{"claims": []}`), which a small judge otherwise takes: a non-blank
+summary or ground truth makes at least one claim, a non-blank source yields at least one
+question.
 
 Soft verdicts. Each boolean verdict (`supported`, `answered`, `attributed`) carries `p`, the
 judge's probability of `true` at that token, renormalised over `true` and `false`. The judge
@@ -35,22 +36,19 @@ from pydantic.json_schema import SkipJsonSchema
 
 __all__ = [
     "VERDICT_MODES",
-    "Alignment",
-    "Attribution",
-    "AttributionVerdict",
-    "ClaimVerdict",
+    "Answered",
+    "Attributed",
     "Claims",
-    "Coverage",
-    "CoverageVerdict",
     "Questions",
     "Reason",
+    "SaysYes",
     "SoftVerdictError",
+    "Supported",
     "Verdict",
     "VerdictMode",
     "attach_p",
     "attribution_schema",
     "budget",
-    "coverage_schema",
     "distinct",
     "has_soft_verdicts",
     "mean_p",
@@ -98,33 +96,11 @@ class Verdict(BaseModel):
         return None
 
 
-class ClaimVerdict(Verdict):
-    """One claim of the summary, judged against the source."""
-
-    claim: Text
-    """An atomic claim the summary makes, in the summary's language."""
-    reason: ShortReason
-    """Where the source states it, or what the source says instead."""
-    supported: bool
-    """True only when the source states or directly implies the claim."""
-
-
-class Alignment(BaseModel):
-    """Reply of `summarization.alignment`: a non-blank summary makes at least one claim."""
+class Claims(BaseModel):
+    """Reply of `*.claims`: a non-blank text makes at least one claim."""
 
     model_config = _STRICT
-    alignment: list[ClaimVerdict] = Field(min_length=1, max_length=MAX_CLAIMS)
-
-
-class CoverageVerdict(Verdict):
-    """One question of the source, answered from the summary alone."""
-
-    question: Text
-    """The question, as asked."""
-    reason: ShortReason
-    """What the summary says that answers it, or that it says nothing."""
-    answered: bool
-    """True when the summary alone answers the question "yes"."""
+    claims: list[Text] = Field(min_length=1, max_length=MAX_CLAIMS)
 
 
 class Questions(BaseModel):
@@ -134,36 +110,31 @@ class Questions(BaseModel):
     questions: list[Text]
 
 
-class Coverage(BaseModel):
-    """Reply of `summarization.coverage` (one verdict per question asked: `coverage_schema`)."""
+class Supported(Verdict):
+    """Reply of `summarization.alignment`: is one claim of the summary supported by the source?"""
 
-    model_config = _STRICT
-    coverage: list[CoverageVerdict]
-
-
-class Claims(BaseModel):
-    """Reply of `context_recall.claims`: a non-blank ground truth makes at least one claim."""
-
-    model_config = _STRICT
-    claims: list[Text] = Field(min_length=1, max_length=MAX_CLAIMS)
+    supported: bool
 
 
-class AttributionVerdict(Verdict):
-    """One ground-truth claim, checked against the numbered context passages."""
+class SaysYes(Verdict):
+    """Reply of `summarization.question_check`: does the source answer one question "yes"?"""
 
-    claim: Text
-    reason: ShortReason
+    yes: bool
+
+
+class Answered(Verdict):
+    """Reply of `summarization.coverage`: does the summary alone answer one question "yes"?"""
+
+    answered: bool
+
+
+class Attributed(Verdict):
+    """Reply of `context_recall.attribution`: do the passages support one claim? The verdict
+    first, then the numbers of the passages that support it (see `attribution_schema`)."""
+
     attributed: bool
-    """True when the passages support the claim."""
     passages: list[int]
     """1-based numbers of the passages that support it (empty when not attributed)."""
-
-
-class Attribution(BaseModel):
-    """Reply of `context_recall.attribution` (one verdict per claim: `attribution_schema`)."""
-
-    model_config = _STRICT
-    verdicts: list[AttributionVerdict]
 
 
 class Reason(BaseModel):
@@ -174,36 +145,23 @@ class Reason(BaseModel):
 
 
 @cache
-def questions_schema(max_questions: int) -> type[Questions]:
-    """`Questions` with 1 to `max_questions` items (one class per bound, built once)."""
+def questions_schema(max_questions: int, pattern: str | None = None) -> type[Questions]:
+    """`Questions` with 1 to `max_questions` items, each matching `pattern` when given (a
+    closed-question form: `evalgpu.scorers.summarization.closed_question_pattern`). One class
+    per (bound, pattern), built once."""
     _check_count("max_questions", max_questions)
+    item: Any = Text if pattern is None else Annotated[Text, Field(pattern=pattern)]
     return create_model(
-        f"Questions{max_questions}",
+        f"Questions{max_questions}" + ("" if pattern is None else "Closed"),
         __base__=Questions,
-        questions=(list[Text], Field(min_length=1, max_length=max_questions)),
+        questions=(list[item], Field(min_length=1, max_length=max_questions)),
     )
 
 
 @cache
-def coverage_schema(n_questions: int) -> type[Coverage]:
-    """`Coverage` with exactly `n_questions` verdicts, one per question asked.
+def attribution_schema(n_passages: int) -> type[Attributed]:
+    """`Attributed` whose passage numbers are 1..n_passages.
 
-    Built per count (once per count, so at most `max_questions` classes): a reply that skips a
-    question cannot be generated, and a reply of another length does not validate.
-    """
-    _check_count("n_questions", n_questions)
-    return create_model(
-        f"Coverage{n_questions}",
-        __base__=Coverage,
-        coverage=(list[CoverageVerdict], Field(min_length=n_questions, max_length=n_questions)),
-    )
-
-
-@cache
-def attribution_schema(n_passages: int, n_claims: int) -> type[Attribution]:
-    """`Attribution` with exactly `n_claims` verdicts, whose passage numbers are 1..n_passages.
-
-    One verdict per claim, as for coverage: one class per (passages, claims) count, built once.
     The passage numbers are an enum (`Literal[1, ..., n]`), not an integer with
     `minimum`/`maximum`: outlines' JSON-schema compiler, in the transformers engine and in
     vLLM's outlines backend alike, ignores integer bounds but honours an enum. So a judge cannot
@@ -212,21 +170,15 @@ def attribution_schema(n_passages: int, n_claims: int) -> type[Attribution]:
     validation, and an out-of-range number fails the row with its reason.
     """
     _check_count("n_passages", n_passages)
-    _check_count("n_claims", n_claims)
     passage: Any
     if n_passages <= ENUM_PASSAGES:
         passage = Literal[tuple(range(1, n_passages + 1))]
     else:
         passage = Annotated[int, Field(ge=1, le=n_passages)]
-    verdict = create_model(
-        f"AttributionVerdict{n_passages}",
-        __base__=AttributionVerdict,
-        passages=(list[passage], Field(max_length=min(n_passages, MAX_PASSAGES_CITED))),
-    )
     return create_model(
-        f"Attribution{n_passages}x{n_claims}",
-        __base__=Attribution,
-        verdicts=(list[verdict], Field(min_length=n_claims, max_length=n_claims)),  # type: ignore[valid-type]
+        f"Attributed{n_passages}",
+        __base__=Attributed,
+        passages=(list[passage], Field(max_length=min(n_passages, MAX_PASSAGES_CITED))),
     )
 
 
@@ -276,7 +228,9 @@ def _booleans(node: Any) -> Iterator[BaseModel | None]:
 @cache
 def has_soft_verdicts(schema: type[BaseModel]) -> bool:
     """Whether replies of `schema` hold verdicts with a `p` (engines then read their logits)."""
-    return any(_verdict_types(field.annotation) for field in schema.model_fields.values())
+    return "p" in schema.model_fields or any(
+        _verdict_types(field.annotation) for field in schema.model_fields.values()
+    )
 
 
 def _verdict_types(annotation: Any) -> bool:

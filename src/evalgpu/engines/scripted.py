@@ -5,11 +5,11 @@ model, and for evalgpu's own tests and benchmarks: like inspect's `mockllm` and 
 `MockTransport`, rules stand in for the judge, and any step can be overridden by tag. Its
 scores mean nothing about quality; they are repeatable. The rules:
 
-- claims / alignment claims are the sentences of the text being judged;
+- claims are the sentences of the text they are listed from (the summary, the ground truth);
 - a claim is supported (attributed) when every content word of it occurs in the source (in one
-  passage);
-- questions are "Is it true that <sentence>?" for the source's sentences;
-- a question is answered when every content word of its sentence occurs in the summary;
+  passage, and the passages cited are those);
+- questions are "Is it true that <sentence>?" for the source's sentences; the source answers one
+  "yes", and the summary answers it, when every content word of its sentence occurs in that text;
 - soft verdicts: the probability `p` of each boolean is `true_p` (0.9) for `true` and
   `1 - true_p` for `false`, attached through the same path as the real engines' (one value per
   literal of the reply text, in order); `true_p=None` plays an engine that cannot read them.
@@ -96,52 +96,34 @@ def question_fact(question: str) -> str:
 def answer(request: JudgeRequest) -> dict[str, Any]:
     """The rule-based reply to one request, as a dict."""
     user = request.messages[-1]["content"]
-    if request.tag == "summarization.alignment":
-        source = words(tagged(user, "source"))
-        return {
-            "alignment": [
-                {"claim": s, "reason": "checked word by word", "supported": words(s) <= source}
-                for s in sentences(tagged(user, "summary"))
-            ]
-        }
-    if request.tag == "summarization.questions":
+    tag = request.tag
+    if tag == "summarization.claims":
+        return {"claims": sentences(tagged(user, "summary"))}
+    if tag == "context_recall.claims":
+        return {"claims": sentences(tagged(user, "answer"))}
+    if tag == "summarization.questions":
         n = int(re.search(r"at most (\d+)", user).group(1))  # type: ignore[union-attr]
         return {
             "questions": [
                 f"Is it true that {s.rstrip('.')}?" for s in sentences(tagged(user, "source"))
             ][:n]
         }
-    if request.tag == "summarization.coverage":
-        summary = words(tagged(user, "summary"))
-        return {
-            "coverage": [
-                {
-                    "question": q,
-                    "reason": "looked in the summary",
-                    "answered": words(question_fact(q)) <= summary,
-                }
-                for q in listed(tagged(user, "questions"))
-            ]
-        }
-    if request.tag == "context_recall.claims":
-        return {"claims": sentences(tagged(user, "answer"))}
-    if request.tag == "context_recall.attribution":
+    if tag == "summarization.alignment":
+        return {"supported": words(tagged(user, "claim")) <= words(tagged(user, "source"))}
+    if tag == "summarization.question_check":
+        fact = words(question_fact(tagged(user, "question")))
+        return {"yes": fact <= words(tagged(user, "source"))}
+    if tag == "summarization.coverage":
+        fact = words(question_fact(tagged(user, "question")))
+        return {"answered": fact <= words(tagged(user, "summary"))}
+    if tag == "context_recall.attribution":
         passages = [words(p) for p in re.findall(r"<passage>\n(.*?)\n</passage>", user, flags=re.S)]
-        verdicts = []
-        for claim in listed(tagged(user, "claims")):
-            found = [i for i, p in enumerate(passages, 1) if words(claim) <= p]
-            verdicts.append(
-                {
-                    "claim": claim,
-                    "reason": "matched words",
-                    "attributed": bool(found),
-                    "passages": found,
-                }
-            )
-        return {"verdicts": verdicts}
-    if request.tag.endswith(".reason"):
+        claim = words(tagged(user, "claim"))
+        found = [i for i, p in enumerate(passages, 1) if claim <= p]
+        return {"attributed": bool(found), "passages": found}
+    if tag.endswith(".reason"):
         return {"reason": "The judge wrote this reason."}
-    raise AssertionError(f"the scripted engine has no rule for {request.tag}")
+    raise AssertionError(f"the scripted engine has no rule for {tag}")
 
 
 Override = Callable[[JudgeRequest], "str | dict[str, Any] | JudgeReply"]

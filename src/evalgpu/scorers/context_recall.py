@@ -1,8 +1,11 @@
 """Context recall scorer: the share of a ground-truth answer's claims attributable to the
 retrieved context.
 
-Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.3):
-prompts, the factory, the two requests, the score and the reason, and `_steps`.
+Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.3): prompts, the factory,
+the requests, the score and the reason, and `_steps`: the ground truth's claims, listed from the
+ground truth alone, then each claim checked against the numbered passages in a call of its own,
+whose verdict is the judge's first token, read as a probability `p`
+(`evalgpu.scorers._checks`: why the judge is asked this way).
 
 Beyond the reference:
 
@@ -21,21 +24,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import is_agent_run
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.scorers._checks import CHECK_TOKENS, check_request
+from evalgpu.scorers._checks import claims_request as _claims
 from evalgpu.scorers._scorer import Scorer, callable_name, digest, resolve_engine
 from evalgpu.verdicts import (
-    CLAIM_CHARS,
-    MAX_CLAIMS,
-    REASON_CHARS,
+    MAX_PASSAGES_CITED,
     SUMMARY_REASON_CHARS,
     VERDICT_MODES,
-    Attribution,
-    AttributionVerdict,
+    Attributed,
     Claims,
     Reason,
     SoftVerdictError,
@@ -51,22 +53,13 @@ __all__ = ["create_context_recall_scorer"]
 SCORER_ID = "context-recall-scorer"
 
 # Prompts. The claims prompt sees the ground truth alone, so it is one request per distinct
-# ground truth. The attribution prompt puts the passages first: every ground truth checked
-# against the same retrieved context shares that prefix.
+# ground truth. Each attribution check puts the passages first: every claim checked against the
+# same retrieved context shares that prefix.
 
-CLAIMS_TASK = f"""\
-Task: break the answer into its atomic claims, at most {MAX_CLAIMS}, in the order they appear. \
-Each claim is one self-contained fact that can be checked on its own (replace pronouns by the \
-names they stand for), written in the language of the answer. Keep numbers, dates and names \
-exactly as written."""
-
-ATTRIBUTION_TASK = """\
-Task: for each claim, in the order given, decide whether the numbered passages support it. \
-attributed is true only when the passages state the claim or directly imply it; numbers, dates \
-and names must match exactly, and an approximation of a precise fact is not support. What you \
-know about the world does not count. Copy the claim, give a short reason that points at the \
-passage, then the verdict, and list the numbers of the passages that support it (none when \
-not attributed)."""
+ASK_ATTRIBUTED = (
+    "Is every fact of this claim stated or directly implied by the passages? "
+    "If so, which passages support it?"
+)
 
 REASON_TASK = """\
 Task: explain this context recall score in two or three sentences for the person who built \
@@ -147,24 +140,20 @@ def create_context_recall_scorer(
 
 def claims_request(ground_truth: str) -> JudgeRequest:
     """The ground truth's atomic claims (nothing else is in this prompt)."""
-    user = f"{fence('answer', ground_truth)}\n\n{CLAIMS_TASK}"
-    return JudgeRequest(
-        tag="context_recall.claims",
-        messages=judge_chat(user),
-        schema=Claims,
-        max_tokens=budget(MAX_CLAIMS, CLAIM_CHARS),
-    )
+    return _claims("context_recall.claims", "answer", ground_truth)
 
 
-def attribution_request(passages: list[str], claims: list[str]) -> JudgeRequest:
-    """Each claim checked against the numbered passages: exactly one verdict per claim."""
+def attribution_request(passages: list[str], claim: str) -> JudgeRequest:
+    """One claim checked against the numbered passages: the verdict, then the passages cited."""
     context = "\n\n".join(f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1))
-    user = f"{context}\n\n{fence('claims', numbered(claims))}\n\n{ATTRIBUTION_TASK}"
-    return JudgeRequest(
-        tag="context_recall.attribution",
-        messages=judge_chat(user),
-        schema=attribution_schema(len(passages), len(claims)),
-        max_tokens=budget(len(claims), CLAIM_CHARS + REASON_CHARS + 24),
+    return check_request(
+        "context_recall.attribution",
+        context,
+        "passages",
+        ("claim", claim),
+        ASK_ATTRIBUTED,
+        attribution_schema(len(passages)),
+        max_tokens=CHECK_TOKENS + 2 * min(len(passages), MAX_PASSAGES_CITED),
     )
 
 
@@ -189,39 +178,16 @@ def reason_request(verdicts: list[dict[str, Any]], score: float) -> JudgeRequest
     )
 
 
-def match_verdicts(
-    claims: list[str], verdicts: Sequence[AttributionVerdict]
-) -> list[dict[str, Any]]:
-    """One verdict per claim, matched by position.
-
-    The schema takes exactly one verdict per claim, so the counts match; were they to differ
-    (an engine that returns an unvalidated reply), a missing verdict is not attributed.
-    """
-    entries = []
-    for i, claim in enumerate(claims):
-        if i < len(verdicts):
-            v = verdicts[i]
-            passages = sorted(set(v.passages)) if v.attributed else []
-            entries.append(
-                {
-                    "claim": claim,
-                    "attributed": v.attributed,
-                    "reason": v.reason,
-                    "passages": passages,
-                    "p": v.p,
-                }
-            )
-        else:
-            entries.append(
-                {
-                    "claim": claim,
-                    "attributed": False,
-                    "reason": "no verdict was returned",
-                    "passages": [],
-                    "p": None,
-                }
-            )
-    return entries
+def verdict_entry(claim: str, verdict: Attributed) -> dict[str, Any]:
+    """A claim's record: the verdict, its `p`, and the passages cited (none when not
+    attributed: a citation beside a "no" is dropped)."""
+    return {
+        "claim": claim,
+        "attributed": verdict.attributed,
+        "reason": "found in the passages" if verdict.attributed else "not found in the passages",
+        "passages": sorted(set(verdict.passages)) if verdict.attributed else [],
+        "p": verdict.p,
+    }
 
 
 def template_reason(
@@ -297,17 +263,25 @@ def _steps(
     assert isinstance(extracted, Claims)
     claims, dropped = distinct(list(extracted.claims))
 
-    # Step 2: attribution of each claim to the passages (no call without claims or passages).
+    # Step 2: each claim checked against the passages, one call each (none without passages).
     judged_verdicts: list[dict[str, Any]] = []
     if claims and passages:
-        (judged,) = yield [attribution_request(passages, claims)]
-        assert isinstance(judged, Attribution)
-        judged_verdicts = match_verdicts(claims, judged.verdicts)
-    elif claims:
-        judged_verdicts = match_verdicts(claims, [])
-        for v in judged_verdicts:
-            # No passage can support it: certain, without asking a judge.
-            v["reason"], v["p"] = "the context has no passages", 0.0
+        judged = yield [attribution_request(passages, c) for c in claims]
+        judged_verdicts = [
+            verdict_entry(c, v) for c, v in zip(claims, cast(list[Attributed], judged), strict=True)
+        ]
+    else:
+        # No passage can support a claim: certain, without asking a judge.
+        judged_verdicts = [
+            {
+                "claim": c,
+                "attributed": False,
+                "reason": "the context has no passages",
+                "passages": [],
+                "p": 0.0,
+            }
+            for c in claims
+        ]
 
     # Step 3: recall = attributed / claims (or the mean p), times the scale.
     attributed = sum(v["attributed"] for v in judged_verdicts)

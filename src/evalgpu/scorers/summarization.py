@@ -1,90 +1,97 @@
 """Summarization scorer: alignment of the summary's claims with the source, coverage of the
 source's yes-questions answered from the summary alone; the score is the lower of the two.
 
-Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.2):
-prompts, the factory, the three requests, the combination and the reason, and `_steps`, which
-runs one summary through them.
+Read top-down, this is the reference pipeline (docs/SEMANTICS.md §1.2): prompts, the factory,
+the requests, the combination and the reason, and `_steps`, which runs one summary through them:
+
+1. the summary's claims, listed from the summary alone; the source's closed questions, written
+   from the source alone;
+2. each claim checked against the source, and each question too (a question the source does
+   not answer "yes" is dropped before coverage, and listed in the step results);
+3. each remaining question answered from the summary alone.
+
+Every check is one call whose verdict is the judge's first token, read as a probability `p`
+(`evalgpu.scorers._checks`: why the judge is asked this way).
 
 Beyond the reference:
 
 - Soft verdicts. Every verdict carries `p`, the judge's probability of `true` (None when the
   engine cannot read it). `axes` holds `alignment_soft` and `coverage_soft`, the mean `p` of
   each list, beside the hard axes (absent when any `p` is missing). `verdicts="soft"` scores
-  `min(alignment_soft, coverage_soft) * scale`: a small judge that answers `true` almost
-  always still ranks summaries by how sure it is.
+  `min(alignment_soft, coverage_soft) * scale`.
 - Duplicates are judged once. A claim or question identical to an earlier one after trimming
-  and case folding is dropped: questions before the coverage call, claims from the alignment
-  list before its axis is computed (the judge wrote them in one reply, so judged once means
-  counted once). `preprocessStepResult["duplicates_dropped"]` says how many:
-  `{"alignment": n, "questions": m}`.
+  and case folding is dropped before it is checked; `preprocessStepResult["duplicates_dropped"]`
+  says how many: `{"alignment": n, "questions": m}`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.scorers._checks import check_request
+from evalgpu.scorers._checks import claims_request as _claims
 from evalgpu.scorers._scorer import Scorer, callable_name, digest, resolve_engine
 from evalgpu.verdicts import (
     CLAIM_CHARS,
-    MAX_CLAIMS,
-    REASON_CHARS,
     SUMMARY_REASON_CHARS,
     VERDICT_MODES,
-    Alignment,
-    Coverage,
-    CoverageVerdict,
+    Answered,
+    Claims,
     Questions,
     Reason,
+    SaysYes,
     SoftVerdictError,
+    Supported,
     VerdictMode,
     budget,
-    coverage_schema,
     distinct,
     mean_p,
     questions_schema,
 )
 
-__all__ = ["create_summarization_scorer"]
+__all__ = ["closed_question_pattern", "create_summarization_scorer"]
 
 SCORER_ID = "summarization-scorer"
 
-# Prompts. Every request starts with the same system message; alignment and questions then
-# both continue with the source, so the engine's prefix cache serves a row's second call (and
-# every other summary of that source) from the first. Task wording comes after the texts.
-
-ALIGNMENT_TASK = f"""\
-Task: list the atomic claims that the summary makes, at most {MAX_CLAIMS}, the most important \
-first. Each claim is one self-contained fact, written in the language of the summary. Judge each \
-claim against the source alone:
-- supported is true only when the source states the claim or directly implies it;
-- numbers, dates, names and quantities must match the source exactly: an approximation of a \
-precise fact ("about 500" for "512", "the 1990s" for "1995") is not support;
-- a detail that the source does not give is not supported, even if it is true in the world.
-Give a short reason that points at what the source says, then the verdict."""
+# Prompts. Every request starts with the same system message. The questions call and every check
+# against the source continue with the source, so an engine's prefix cache computes a source once
+# for all of them (and for every other summary of it); the coverage checks of one summary share
+# the summary. Task wording comes after the texts.
 
 QUESTIONS_TASK = """\
-Task: write at most {n} closed-ended questions about the source, the most important first. \
-Each question asks about one fact, is answered "yes" by the source, and is written in the \
-language of the source. Ask about the facts a good summary must keep: who, what, when, where, \
-how much."""
-
-COVERAGE_TASK = """\
-Task: answer each question using only the summary. answered is true only when the summary \
-itself says "yes" to the question; it is false when the summary does not mention the fact or \
-says something else. Answer every question, in the order given, copying each question; give a \
-short reason that points at the summary's words, then the verdict."""
+Task: write at most {n} closed questions about the source, the most important first. Each \
+question asks about one fact that the source states, so that the source answers it "yes", and \
+is written in the language of the source. Ask about the facts a good summary must keep: who, \
+what, when, where, how much."""
 
 REASON_TASK = """\
 Task: explain this summarization score in two or three sentences for the person who wrote the \
 summary. Name the axis that set the score (alignment: claims supported by the source; \
 coverage: source questions answered by the summary), give both axis scores, and name the \
 unsupported claims or unanswered questions behind it."""
+
+ASK_SUPPORTED = "Is every fact of this claim stated or directly implied by the source?"
+ASK_SOURCE_YES = 'Does the source answer this question "yes"?'
+ASK_ANSWERED = 'Does the summary alone answer this question "yes"?'
+
+# A closed question, by language: English starts with an auxiliary verb and ends with "?";
+# Chinese ends with 吗, Japanese with か. Other languages get no pattern (the task text asks).
+_AUXILIARIES = (
+    "Is|Are|Was|Were|Am|Do|Does|Did|Has|Have|Had|Can|Could|Will|Would|Should|Shall|May|Might|Must"
+)
+ENGLISH_CLOSED = rf"^({_AUXILIARIES}) [^?\n]+\?$"
+CHINESE_CLOSED = r"^[^？?\n]+吗[？?]$"
+JAPANESE_CLOSED = r"^[^？?\n]+か[？?]$"
+_ENGLISH_WORDS = frozenset(
+    "the a an and of to in is was were are that it for on with as by at from his her its".split()
+)
 
 ReasonMode = Literal["template", "model"]
 
@@ -158,42 +165,77 @@ def create_summarization_scorer(
     )
 
 
-def alignment_request(source: str, summary: str) -> JudgeRequest:
-    """Claims of the summary, each judged against the source."""
-    user = f"{fence('source', source)}\n\n{fence('summary', summary)}\n\n{ALIGNMENT_TASK}"
-    return JudgeRequest(
-        tag="summarization.alignment",
-        messages=judge_chat(user),
-        schema=Alignment,
-        max_tokens=budget(MAX_CLAIMS, CLAIM_CHARS + REASON_CHARS),
-    )
+def closed_question_pattern(source: str) -> str | None:
+    """The regular expression a closed question about `source` must match, or None.
+
+    By the source's script and words: kana -> Japanese; mostly Han characters -> Chinese; Latin
+    letters where common English words make at least a tenth of the words -> English; anything
+    else (Korean, other languages) -> None, where the task text alone asks for closed questions.
+    """
+    letters = [c for c in source if c.isalpha()]
+    if not letters:
+        return None
+    kana = sum("\u3040" <= c <= "\u30ff" for c in letters)
+    han = sum("\u4e00" <= c <= "\u9fff" for c in letters)
+    if kana / len(letters) > 0.05:
+        return JAPANESE_CLOSED
+    if han / len(letters) > 0.3:
+        return CHINESE_CLOSED
+    words = re.findall(r"[A-Za-z]+", source)
+    if words and sum(w.lower() in _ENGLISH_WORDS for w in words) >= 0.1 * len(words):
+        return ENGLISH_CLOSED
+    return None
+
+
+def claims_request(summary: str) -> JudgeRequest:
+    """The summary's atomic claims, from the summary alone: the source is not in this prompt."""
+    return _claims("summarization.claims", "summary", summary)
 
 
 def questions_request(source: str, max_questions: int) -> JudgeRequest:
-    """Yes-questions drawn from the source alone: the summary is not in this prompt."""
+    """Closed questions drawn from the source alone: the summary is not in this prompt."""
     user = f"{fence('source', source)}\n\n{QUESTIONS_TASK.format(n=max_questions)}"
     return JudgeRequest(
         tag="summarization.questions",
         messages=judge_chat(user),
-        schema=questions_schema(max_questions),
+        schema=questions_schema(max_questions, closed_question_pattern(source)),
         max_tokens=budget(max_questions, CLAIM_CHARS),
     )
 
 
-def coverage_request(summary: str, questions: list[str]) -> JudgeRequest:
-    """The questions answered from the summary alone: the source is not in this prompt.
+def alignment_request(source: str, claim: str) -> JudgeRequest:
+    """One claim of the summary checked against the source."""
+    return check_request(
+        "summarization.alignment",
+        fence("source", source),
+        "source",
+        ("claim", claim),
+        ASK_SUPPORTED,
+        Supported,
+    )
 
-    Its schema takes exactly one verdict per question (`coverage_schema(len(questions))`).
-    """
-    # Questions before the summary: the coverage prompts of one source's summaries then share
-    # a prefix, which engines with prefix caching compute once.
-    listed = fence("questions", numbered(questions))
-    user = f"{listed}\n\n{fence('summary', summary)}\n\n{COVERAGE_TASK}"
-    return JudgeRequest(
-        tag="summarization.coverage",
-        messages=judge_chat(user),
-        schema=coverage_schema(len(questions)),
-        max_tokens=budget(len(questions), CLAIM_CHARS + REASON_CHARS),
+
+def question_check_request(source: str, question: str) -> JudgeRequest:
+    """One question checked against the source: does the source answer it "yes"?"""
+    return check_request(
+        "summarization.question_check",
+        fence("source", source),
+        "source",
+        ("question", question),
+        ASK_SOURCE_YES,
+        SaysYes,
+    )
+
+
+def coverage_request(summary: str, question: str) -> JudgeRequest:
+    """One question answered from the summary alone: the source is not in this prompt."""
+    return check_request(
+        "summarization.coverage",
+        fence("summary", summary),
+        "summary",
+        ("question", question),
+        ASK_ANSWERED,
+        Answered,
     )
 
 
@@ -220,33 +262,6 @@ def reason_request(
         schema=Reason,
         max_tokens=budget(1, SUMMARY_REASON_CHARS),
     )
-
-
-def match_coverage(questions: list[str], verdicts: list[CoverageVerdict]) -> list[dict[str, Any]]:
-    """One coverage entry per question, matched by position.
-
-    The schema takes exactly one verdict per question, so the counts match; were they to
-    differ (an engine that returns an unvalidated reply), a missing verdict counts as not
-    answered and extra verdicts are ignored (docs/SEMANTICS.md §1.2). Each entry carries the
-    question as it was asked, not the judge's copy of it.
-    """
-    entries = []
-    for i, question in enumerate(questions):
-        if i < len(verdicts):
-            v = verdicts[i]
-            entries.append(
-                {"question": question, "answered": v.answered, "reason": v.reason, "p": v.p}
-            )
-        else:
-            entries.append(
-                {
-                    "question": question,
-                    "answered": False,
-                    "reason": "no verdict was returned",
-                    "p": None,
-                }
-            )
-    return entries
 
 
 def combine(alignment: list[dict[str, Any]], coverage: list[dict[str, Any]]) -> dict[str, float]:
@@ -332,6 +347,7 @@ def empty_summary_result() -> ScoreResult:
         preprocess_step_result={
             "alignment": [],
             "questions": [],
+            "questions_not_yes": [],
             "duplicates_dropped": {"alignment": 0, "questions": 0},
         },
         analyze_step_result={"coverage": []},
@@ -393,24 +409,41 @@ def _steps(
     if summary is None or not summary.strip():
         return empty_summary_result()  # checked after the source: a row without one is broken
 
-    # Step 1: alignment and questions. Both see the source; neither waits for the other.
-    judged, asked = yield [alignment_request(text, summary), questions_request(text, max_questions)]
-    assert isinstance(judged, Alignment) and isinstance(asked, Questions)
-    # A repeated claim or question is judged once (see the module docstring).
-    claims, claims_dropped = distinct(judged.alignment, key=lambda v: v.claim)
-    alignment = [
-        {"claim": v.claim, "supported": v.supported, "reason": v.reason, "p": v.p} for v in claims
-    ]
-    questions, questions_dropped = distinct(list(asked.questions))
+    # Step 1: the summary's claims (from the summary alone) and the source's closed questions
+    # (from the source alone); neither waits for the other. A repeated one is checked once.
+    listed, asked = yield [claims_request(summary), questions_request(text, max_questions)]
+    assert isinstance(listed, Claims) and isinstance(asked, Questions)
+    claims, claims_dropped = distinct(list(listed.claims))
+    candidates, questions_dropped = distinct(list(asked.questions))
 
-    # Step 2: coverage, from the summary alone (no call when the source gave no questions).
+    # Step 2: each claim, and each question, checked against the source, one call each.
+    checks = yield [alignment_request(text, c) for c in claims] + [
+        question_check_request(text, q) for q in candidates
+    ]
+    supported = cast(list[Supported], checks[: len(claims)])
+    says_yes = cast(list[SaysYes], checks[len(claims) :])
+    alignment = [
+        {"claim": c, "supported": v.supported, "reason": _supported_reason(v), "p": v.p}
+        for c, v in zip(claims, supported, strict=True)
+    ]
+    questions: list[str] = []
+    not_yes: list[dict[str, Any]] = []
+    for q, v in zip(candidates, says_yes, strict=True):
+        if v.yes:
+            questions.append(q)
+        else:
+            not_yes.append({"question": q, "p": v.p})
+
+    # Step 3: each question the source answers "yes", answered from the summary alone.
     coverage: list[dict[str, Any]] = []
     if questions:
-        (answers,) = yield [coverage_request(summary, questions)]
-        assert isinstance(answers, Coverage)
-        coverage = match_coverage(questions, answers.coverage)
+        answers = cast(list[Answered], (yield [coverage_request(summary, q) for q in questions]))
+        coverage = [
+            {"question": q, "answered": v.answered, "reason": _answered_reason(v), "p": v.p}
+            for q, v in zip(questions, answers, strict=True)
+        ]
 
-    # Step 3: the score is the lower axis, times the scale.
+    # The score is the lower axis, times the scale.
     axes = combine(alignment, coverage)
     if verdicts == "soft" and "alignment_soft" not in axes:
         step = "alignment" if mean_p(alignment) is None else "coverage"
@@ -430,8 +463,17 @@ def _steps(
         preprocess_step_result={
             "alignment": alignment,
             "questions": questions,
+            "questions_not_yes": not_yes,
             "duplicates_dropped": {"alignment": claims_dropped, "questions": questions_dropped},
         },
         analyze_step_result={"coverage": coverage},
         axes=axes,
     )
+
+
+def _supported_reason(verdict: Supported) -> str:
+    return "the source supports it" if verdict.supported else "the source does not support it"
+
+
+def _answered_reason(verdict: Answered) -> str:
+    return "the summary answers it" if verdict.answered else "the summary does not answer it"
