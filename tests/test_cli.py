@@ -494,7 +494,7 @@ def test_a_source_longer_than_the_judge_context_is_refused_with_sizes(
     long, ok = records(out)
     assert long["error"].startswith(
         'row 1 (id "long"): source: 5,000 tokens, too long for the judge model\'s context of '
-        "4,096 tokens (summarization.alignment needs "
+        "4,096 tokens (summarization.questions needs "
     )
     assert long["usage"]["calls"] == 0
     assert ok["error"] is None

@@ -32,8 +32,14 @@ def test_score_chunk_returns_records_in_row_then_scorer_order(engine: ScriptedEn
     ]
     assert records[0]["score"] == 1.0 and records[1]["score"] == 1.0
     assert records[2]["error"] == "b.jsonl row 3: line is not valid JSON"
-    # One engine: both scorers' calls of the chunk share its waves.
-    assert len(engine.calls) == 2
+    # One engine: both scorers' calls of the chunk share its waves: (claims, questions, claims),
+    # then (alignment, question checks, attribution), then (coverage).
+    assert len(engine.calls) == 3
+    assert [sorted({r.tag.split(".")[0] for r in call}) for call in engine.calls] == [
+        ["context_recall", "summarization"],
+        ["context_recall", "summarization"],
+        ["summarization"],
+    ]
 
 
 def test_done_outcomes_are_skipped(engine: ScriptedEngine) -> None:

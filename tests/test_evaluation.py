@@ -51,9 +51,9 @@ def test_records_stream_in_row_order_as_chunks_finish(engine: ScriptedEngine) ->
     assert len(read) == 3  # only the first chunk was read to give its first record
     rest = list(run)
     assert [r["row"] for r in [first, *rest]] == list(range(1, 8))
-    assert (
-        len(engine.calls) == 3 * 2
-    )  # each chunk: one wave for (alignment, questions), one for coverage
+    # each chunk: one wave for (claims, questions), one for (alignment, question checks), one
+    # for coverage
+    assert len(engine.calls) == 3 * 3
     assert run.finished and run.summary is not None
     assert run.summary["scorers"]["summarization-scorer"]["scored"] == 7
 
@@ -271,7 +271,8 @@ def test_run_evals_batches_across_items_and_scorers(engine):
     ]
     seen = []
     out = run_evals(data, [summarization, recall], on_item_complete=seen.append)
-    assert len(engine.calls) == 2  # (alignment, questions, claims) then (coverage, attribution)
+    # (claims, questions, claims), then (alignment, question checks, attribution), then coverage
+    assert len(engine.calls) == 3
     assert out["summary"] == {"total_items": 2, "failed_items": 0}
     assert out["scores"]["summarization-scorer"] == pytest.approx((1.0 + 0.5) / 2)
     assert out["scores"]["context-recall-scorer"] == pytest.approx((1.0 + 0.0) / 2)

@@ -27,7 +27,7 @@ def test_an_engine_that_raises_fails_the_wave_rows_not_the_run():
     results = scorer.run_batch([{"input": SOURCE, "output": SOURCE}] * 2)
     assert [r.score for r in results] == [None, None]
     assert results[1].error == (
-        "row 2: summarization.alignment: engine 'scripted' failed: RuntimeError: CUDA out of memory"
+        "row 2: summarization.claims: engine 'scripted' failed: RuntimeError: CUDA out of memory"
     )
 
 
@@ -67,8 +67,10 @@ def test_on_wave_reports_each_generate(engine):
     scorer = create_summarization_scorer(engine)
     runner = Runner(engine, on_wave=waves.append)
     runner.run([(scorer.id, scorer.steps(SOURCE, SOURCE)) for _ in range(3)])
-    assert [(w.requests, w.unique) for w in waves] == [(6, 2), (3, 1)]  # identical rows: sent once
-    assert runner.generate_calls == 2
+    # identical rows: sent once. Per row: claims and questions; two claims and two questions
+    # checked; two questions answered from the summary.
+    assert [(w.requests, w.unique) for w in waves] == [(6, 2), (12, 4), (6, 2)]
+    assert runner.generate_calls == 3
     assert waves[0].prompt_tokens > 0 and waves[0].output_tokens > 0
 
 
@@ -167,7 +169,7 @@ def test_a_lone_surrogate_in_one_run_fails_that_run_not_the_wave():
     ]
     bad, good = create_summarization_scorer(engine).run_batch(runs)
     assert bad.error == (
-        "row 1: summarization.alignment: the prompt holds a lone surrogate (\\ud800), "
+        "row 1: summarization.claims: the prompt holds a lone surrogate (\\ud800), "
         "which is not text"
     )
     assert bad.error_kind == "input"

@@ -108,9 +108,12 @@ def test_bench_dry_run_counts_generate_calls(tmp_path, monkeypatch, capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("speedup batched/sequential: ")
     modes = {m["mode"][:3]: m for m in json.loads(out.read_text())["modes"]}
-    assert modes["(a)"]["generate_calls"] == 2
-    assert modes["(c)"]["generate_calls"] == 2
-    assert modes["(b)"]["generate_calls"] == 3 * 3  # alignment, questions, coverage per row
+    # (a) and (c): three waves, (claims, questions), (alignment, question checks), (coverage)
+    assert modes["(a)"]["generate_calls"] == 3
+    assert modes["(c)"]["generate_calls"] == 3
+    # (b): one call per request. Per row: claims, questions, one check per claim, the source's
+    # two questions checked, then answered from the summary (the last summary has two claims)
+    assert modes["(b)"]["generate_calls"] == (2 + 1 + 2 + 2) * 2 + (2 + 2 + 2 + 2)
 
 
 # -- FRANK pairs and soft axes (synthetic rows) ---------------------------------------------

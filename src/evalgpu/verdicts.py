@@ -16,7 +16,7 @@ the shortest valid path (`{"claims": []}`), which a small judge otherwise takes:
 summary or ground truth makes at least one claim, a non-blank source yields at least one
 question.
 
-Soft verdicts. Each boolean verdict (`supported`, `answered`, `attributed`) carries `p`, the
+Soft verdicts. Each boolean verdict (`supported`, `yes`, `answered`) carries `p`, the
 judge's probability of `true` at that token, renormalised over `true` and `false`. The judge
 does not write it: `p` is left out of the JSON schema the engine constrains decoding to
 (`SkipJsonSchema`), and a reply text that sets it is refused. The engine sets it after parsing,
@@ -130,9 +130,14 @@ class Answered(Verdict):
 
 class Attributed(Verdict):
     """Reply of `context_recall.attribution`: do the passages support one claim? The verdict
-    first, then the numbers of the passages that support it (see `attribution_schema`)."""
+    first, then the numbers of the passages that support it (see `attribution_schema`).
 
-    attributed: bool
+    The verdict's key is `supported`, as in an alignment check (the record names it
+    `attributed`): the judge reads its own key before it decides, and on the default judge
+    `"attributed":` squeezed p toward 0.5 (0.70 for a claim a passage states word for word, 0.94
+    after `"supported":`; the passages cited after it do not change p)."""
+
+    supported: bool
     passages: list[int]
     """1-based numbers of the passages that support it (empty when not attributed)."""
 
@@ -144,13 +149,23 @@ class Reason(BaseModel):
     reason: Annotated[str, Field(min_length=1, max_length=SUMMARY_REASON_CHARS)]
 
 
-@cache
 def questions_schema(max_questions: int, pattern: str | None = None) -> type[Questions]:
     """`Questions` with 1 to `max_questions` items, each matching `pattern` when given (a
     closed-question form: `evalgpu.scorers.summarization.closed_question_pattern`). One class
-    per (bound, pattern), built once."""
+    per (bound, pattern), built once.
+
+    A pattern carries its own length bound and no `minLength`/`maxLength` beside it:
+    outlines-core (vLLM's default structured-output backend) drops a pattern that has length
+    bounds beside it, and pastes a pattern into the JSON string's regex as it is, so a pattern
+    must not admit a quote, a backslash or a newline either (the closed forms do not).
+    """
+    return _questions_schema(max_questions, pattern)
+
+
+@cache
+def _questions_schema(max_questions: int, pattern: str | None) -> type[Questions]:
     _check_count("max_questions", max_questions)
-    item: Any = Text if pattern is None else Annotated[Text, Field(pattern=pattern)]
+    item: Any = Text if pattern is None else Annotated[str, Field(pattern=pattern)]
     return create_model(
         f"Questions{max_questions}" + ("" if pattern is None else "Closed"),
         __base__=Questions,

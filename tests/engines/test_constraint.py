@@ -8,6 +8,7 @@ tests skip when its folder is absent.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -15,7 +16,16 @@ from pydantic import BaseModel
 
 from evalgpu.engines._decode import literal_masks
 from evalgpu.models import models_dir
-from evalgpu.verdicts import Alignment, attribution_schema, coverage_schema, questions_schema
+from evalgpu.scorers.summarization import CHINESE_CLOSED, ENGLISH_CLOSED, JAPANESE_CLOSED
+from evalgpu.verdicts import (
+    MAX_CLAIMS,
+    Answered,
+    Claims,
+    SaysYes,
+    Supported,
+    attribution_schema,
+    questions_schema,
+)
 
 VOCABULARY = 49152  # SmolLM2's output layer
 
@@ -57,14 +67,11 @@ def produces(grammars: Any, tokenizer: Any, schema: type[BaseModel], text: str) 
     return constraint.is_finished and ends == [tokenizer.eos_token_id]
 
 
-def _verdict(**fields: object) -> dict[str, object]:
-    return {"claim": "The bridge opened in 1937.", "reason": "The source says so.", **fields}
-
-
 def test_a_complete_reply_allows_only_the_end_token(grammars, tokenizer):
-    reply = json.dumps({"alignment": [_verdict(supported=True)]})
-    assert produces(grammars, tokenizer, Alignment, reply)
-    constraint = grammars.start(Alignment)
+    schema = attribution_schema(3)
+    reply = json.dumps({"supported": True, "passages": [1, 3]})
+    assert produces(grammars, tokenizer, schema, reply)
+    constraint = grammars.start(schema)
     for token in tokenizer(reply, add_special_tokens=False)["input_ids"]:
         assert not constraint.is_finished
         constraint.advance(token)
@@ -78,17 +85,19 @@ def test_whitespace_is_at_most_one_space(grammars, tokenizer):
     assert produces(grammars, tokenizer, questions_schema(2), '{ "questions" : [ "Who?" ] }')
     assert not produces(grammars, tokenizer, questions_schema(2), '{"questions":  ["Who?"]}')
     assert not produces(grammars, tokenizer, questions_schema(2), '{"questions":\n["Who?"]}')
+    assert produces(grammars, tokenizer, Supported, '{ "supported" : true }')
+    assert not produces(grammars, tokenizer, Supported, '{"supported":\ntrue}')
 
 
 def test_list_bounds_are_enforced(grammars, tokenizer):
-    assert not produces(grammars, tokenizer, Alignment, '{"alignment": []}')
+    assert not produces(grammars, tokenizer, Claims, '{"claims": []}')
     assert not produces(grammars, tokenizer, questions_schema(2), '{"questions": []}')
-    three = json.dumps({"questions": ["a", "b", "c"]})
-    assert not produces(grammars, tokenizer, questions_schema(2), three)
-    verdict = {"question": "Did it open?", "reason": "It says so.", "answered": True}
     for n in (1, 2, 3):
-        reply = json.dumps({"coverage": [verdict] * n})
-        assert produces(grammars, tokenizer, coverage_schema(2), reply) == (n == 2)
+        reply = json.dumps({"questions": ["Did it open?"] * n})
+        assert produces(grammars, tokenizer, questions_schema(2), reply) == (n <= 2)
+    for n in (MAX_CLAIMS, MAX_CLAIMS + 1):
+        reply = json.dumps({"claims": ["It opened."] * n})
+        assert produces(grammars, tokenizer, Claims, reply) == (n == MAX_CLAIMS)
 
 
 def test_string_lengths_are_enforced(grammars, tokenizer):
@@ -101,30 +110,104 @@ def test_string_lengths_are_enforced(grammars, tokenizer):
 
 
 def test_passage_numbers_name_existing_passages(grammars, tokenizer):
-    schema = attribution_schema(3, 1)
+    schema = attribution_schema(3)
 
     def reply(passages: list[int]) -> str:
-        return json.dumps({"verdicts": [_verdict(attributed=True, passages=passages)]})
+        return json.dumps({"supported": True, "passages": passages})
 
     assert produces(grammars, tokenizer, schema, reply([1, 3]))
+    assert produces(grammars, tokenizer, schema, reply([]))
     assert not produces(grammars, tokenizer, schema, reply([4]))
     assert not produces(grammars, tokenizer, schema, reply([0]))
 
 
-def test_at_a_verdict_only_the_two_literals_and_punctuation_are_allowed(grammars, tokenizer):
-    # The condition under which the decode loop reads p(true) (`Decoder._read_p`).
+def test_the_verdict_is_written_before_the_passages(grammars, tokenizer):
+    schema = attribution_schema(3)
+    assert not produces(grammars, tokenizer, schema, '{"passages": [1], "supported": true}')
+    assert not produces(grammars, tokenizer, schema, '{"passages": [1]}')
+
+
+@pytest.mark.parametrize(
+    ("schema", "verdict"),
+    [
+        (Supported, "supported"),
+        (SaysYes, "yes"),
+        (Answered, "answered"),
+        (attribution_schema(3), "supported"),
+    ],
+)
+def test_at_a_verdict_only_the_two_literals_and_punctuation_are_allowed(
+    grammars, tokenizer, schema, verdict
+):
+    # The condition under which the decode loop reads p(true) (`Decoder._read_p`); in a check
+    # it holds right after the first key: the judge decides at its first value.
     is_true, is_false, is_other = literal_masks(tokenizer, VOCABULARY)
-    constraint = grammars.start(coverage_schema(1))
-    head = '{"coverage": [{"question": "Did it open?", "reason": "It says so.", "answered":'
-    for token in tokenizer(head, add_special_tokens=False)["input_ids"]:
+    constraint = grammars.start(schema)
+    for token in tokenizer(f'{{"{verdict}":', add_special_tokens=False)["input_ids"]:
         constraint.advance(token)
     allowed = _allowed(grammars, constraint)
     assert (allowed & is_true).any() and (allowed & is_false).any()
     assert not (allowed & is_other).any()
 
 
+@pytest.mark.parametrize(
+    ("question", "closed"),
+    [
+        ("Is the company based in Seattle?", True),
+        ("Did the company start in 1995?", True),
+        ("Who founded the company?", False),
+        ("What is it?", False),
+        ("Is the company based in Seattle", False),
+        ("Is it? Or not?", False),
+    ],
+)
+def test_an_english_closed_question_pattern_is_enforced(grammars, tokenizer, question, closed):
+    schema = questions_schema(2, ENGLISH_CLOSED)
+    reply = json.dumps({"questions": [question]})
+    assert produces(grammars, tokenizer, schema, reply) == closed
+    assert produces(grammars, tokenizer, questions_schema(2), reply)  # no pattern, any question
+
+
+def test_an_open_question_cannot_even_start(grammars, tokenizer):
+    constraint = grammars.start(questions_schema(2, ENGLISH_CLOSED))
+    for token in tokenizer('{"questions": ["', add_special_tokens=False)["input_ids"]:
+        constraint.advance(token)
+    allowed = _allowed(grammars, constraint)
+    (who,) = tokenizer("Who", add_special_tokens=False)["input_ids"]
+    (is_,) = tokenizer("Is", add_special_tokens=False)["input_ids"]
+    assert not allowed[who]
+    assert allowed[is_]
+
+
+def test_the_length_bound_holds_beside_the_pattern(grammars, tokenizer):
+    schema = questions_schema(1, ENGLISH_CLOSED)
+    assert produces(
+        grammars, tokenizer, schema, json.dumps({"questions": ["Is " + "x" * 190 + "?"]})
+    )
+    assert not produces(
+        grammars, tokenizer, schema, json.dumps({"questions": ["Is " + "x" * 191 + "?"]})
+    )
+
+
+@pytest.mark.parametrize(
+    ("pattern", "closed", "open_"),
+    [
+        (CHINESE_CLOSED, "该公司总部在西雅图吗？", "该公司总部在哪里？"),
+        (JAPANESE_CLOSED, "本社はシアトルにありますか？", "本社はどこ？"),
+    ],
+)
+def test_chinese_and_japanese_closed_question_patterns_compile_and_hold(
+    grammars, tokenizer, pattern, closed, open_
+):
+    # (written as they are: the grammar allows no \\u escape)
+    schema = questions_schema(2, pattern)
+    for question, ok in ((closed, True), (open_, False)):
+        reply = json.dumps({"questions": [question]}, ensure_ascii=False)
+        assert produces(grammars, tokenizer, schema, reply) == ok
+
+
 def test_a_token_the_mask_forbids_is_refused(grammars, tokenizer):
-    constraint = grammars.start(Alignment)
+    constraint = grammars.start(Supported)
     (token,) = tokenizer("x", add_special_tokens=False)["input_ids"]
     with pytest.raises(ValueError, match=f"^token {token} rejected"):
         constraint.advance(token)
@@ -132,9 +215,10 @@ def test_a_token_the_mask_forbids_is_refused(grammars, tokenizer):
 
 @pytest.mark.slow
 def test_the_default_judge_compiles_a_schema_at_once_and_answers_validly():
-    # Guards against an eager compile: outlines-core's index of `Alignment` took 114 s and
-    # 7.1 GB on this 151k-token vocabulary; llguidance's takes milliseconds. The bound is
-    # thousands of times the expected time, so that only a return to an eager compile fails.
+    # Guards against an eager compile: outlines-core's index of `Alignment` (the former
+    # list-and-judge schema) took 114 s and 7.1 GB on this 151k-token vocabulary; llguidance's
+    # takes milliseconds. The bound is thousands of times the expected time, so that only a
+    # return to an eager compile fails.
     import time
 
     folder = models_dir() / "qwen2.5-coder-1.5b-instruct"
@@ -146,7 +230,7 @@ def test_the_default_judge_compiles_a_schema_at_once_and_answers_validly():
     engine = TransformersEngine(str(folder), dtype="bfloat16", batch_size=1)
     engine.grammars()  # the vocabulary, once per engine
     started = time.monotonic()
-    engine.index(Alignment)
+    engine.index(questions_schema(10, ENGLISH_CLOSED))  # bounded strings, lists and a pattern
     assert time.monotonic() - started < 5.0
 
     source = "The Golden Gate Bridge opened in May 1937. Joseph Strauss was its chief engineer."
@@ -154,3 +238,6 @@ def test_the_default_judge_compiles_a_schema_at_once_and_answers_validly():
     assert reply.error is None, reply.error
     assert reply.finish_reason == "stop"
     assert 1 <= len(reply.parsed.questions) <= 2
+    assert reply.parsed.questions == [  # the closed-question pattern held on the real judge
+        q for q in reply.parsed.questions if re.fullmatch(ENGLISH_CLOSED, q)
+    ]

@@ -3,6 +3,7 @@ both scorers on the real default model on CPU."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -290,12 +291,21 @@ def test_summarization_end_to_end(default_judge):
         assert result.preprocess_step_result["questions"], "the source yields questions"
     # Source-blindness on the real prompts: coverage never sees the source, questions never
     # the summary.
+    # Claims see the summary only, and coverage the summary and one question only.
     tags = {r.tag for r in recording.requests}
-    assert {"summarization.alignment", "summarization.questions", "summarization.coverage"} <= tags
+    assert {
+        "summarization.claims",
+        "summarization.alignment",
+        "summarization.questions",
+        "summarization.question_check",
+        "summarization.coverage",
+    } <= tags
     for request in recording.requests:
-        if request.tag == "summarization.coverage":
-            assert "Joseph Strauss was the chief engineer" not in _text(request)
-            assert "1,280 metres" not in _text(request)
+        if request.tag in ("summarization.claims", "summarization.coverage"):
+            # (a question may name a fact of the source: that is what it asks about)
+            text = re.sub(r"<question>\n.*?\n</question>", "", _text(request), flags=re.S)
+            assert "Joseph Strauss was the chief engineer" not in text
+            assert "1,280 metres" not in text
         if request.tag == "summarization.questions":
             assert SUMMARY not in _text(request)
             assert "1950" not in _text(request)
@@ -394,36 +404,41 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
     engine = smollm2
 
     questions = ["Did the bridge open in 1937?", "Was Joseph Strauss the chief engineer?"]
-    request = coverage_request(SUMMARY, questions)
-    (reply,) = engine.generate([request])
-    assert reply.error is None, reply.error
-    ps = [v.p for v in reply.parsed.coverage]
+    requests = [coverage_request(SUMMARY, q) for q in questions]
+    # one at a time, as `_decode` below runs them: a batch of two rounds differently
+    replies = [engine.generate([r])[0] for r in requests]
+    for reply in replies:
+        assert reply.error is None, reply.error
+    ps = [reply.parsed.p for reply in replies]
     assert len(ps) == 2 and all(p is not None and 0.0 < p < 1.0 for p in ps)
 
-    # Recompute each p from a fresh forward pass, in float64, at the tokens where the reply
+    # Recompute each p from a fresh forward pass, in float64, at the token where the reply
     # chose between the literals; the false side is computed apart and sums with p to 1.
-    prompt = engine.tokenizer(
-        engine._render(chat_for(request.messages, engine.system_role)), add_special_tokens=False
-    )["input_ids"]
-    (slot,) = engine._decode([request], [prompt])
-    assert slot.true_probs == ps
     size = engine.model.get_output_embeddings().weight.shape[0]
     is_true, is_false, is_other = literal_masks(engine.tokenizer, size)
     grammars = engine.grammars()
-    constraint, ids, recomputed = grammars.start(request.schema), list(prompt), []
-    for token in slot.text_tokens:
-        words = grammars.bitmask(1)
-        constraint.allowed(words, 0)
-        allowed = ((words.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).bool()
-        allowed = allowed.view(-1)[:size]
-        if (is_true[token] or is_false[token]) and not (allowed & is_other).any():
-            with torch.inference_mode():
-                logits = engine.model(input_ids=torch.tensor([ids])).logits[0, -1]
-            probs = torch.softmax(logits.double(), -1)
-            true, false = probs[allowed & is_true].sum(), probs[allowed & is_false].sum()
-            recomputed.append((float(true / (true + false)), float(false / (true + false))))
-        constraint.advance(token)
-        ids.append(token)
+    recomputed = []
+    for request, p in zip(requests, ps, strict=True):
+        prompt = engine.tokenizer(
+            engine._render(chat_for(request.messages, engine.system_role)),
+            add_special_tokens=False,
+        )["input_ids"]
+        (slot,) = engine._decode([request], [prompt])
+        assert slot.true_probs == [p]
+        constraint, ids = grammars.start(request.schema), list(prompt)
+        for token in slot.text_tokens:
+            words = grammars.bitmask(1)
+            constraint.allowed(words, 0)
+            allowed = ((words.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32)) & 1).bool()
+            allowed = allowed.view(-1)[:size]
+            if (is_true[token] or is_false[token]) and not (allowed & is_other).any():
+                with torch.inference_mode():
+                    logits = engine.model(input_ids=torch.tensor([ids])).logits[0, -1]
+                probs = torch.softmax(logits.double(), -1)
+                true, false = probs[allowed & is_true].sum(), probs[allowed & is_false].sum()
+                recomputed.append((float(true / (true + false)), float(false / (true + false))))
+            constraint.advance(token)
+            ids.append(token)
     # A fresh forward pass is not the engine's cached, batched one: in float32 they agree to
     # about 1e-6; the tolerance leaves room for a model computed in bfloat16.
     assert [t for t, _ in recomputed] == pytest.approx(ps, abs=5e-3)

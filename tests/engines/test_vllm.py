@@ -25,7 +25,7 @@ from evalgpu.engines import JudgeRequest
 from evalgpu.engines.vllm import VLLMEngine
 from evalgpu.prompting import judge_chat
 from evalgpu.scorers.context_recall import claims_request
-from evalgpu.scorers.summarization import questions_request
+from evalgpu.scorers.summarization import ENGLISH_CLOSED, questions_request
 from evalgpu.verdicts import Claims, questions_schema
 
 pytestmark = pytest.mark.vllm
@@ -78,7 +78,9 @@ def test_one_batch_with_two_schemas(engine):
         assert isinstance(reply.cached_tokens, int)
         assert 0 <= reply.cached_tokens <= reply.prompt_tokens
     assert isinstance(replies[0].parsed, Claims)
-    assert isinstance(replies[1].parsed, questions_schema(3))
+    # an English source: closed questions only (the pattern is part of the schema)
+    assert requests[1].schema is questions_schema(3, ENGLISH_CLOSED)
+    assert isinstance(replies[1].parsed, requests[1].schema)
     assert len(replies[1].parsed.questions) <= 3
 
     # The same wave again: greedy decoding gives the same replies, and the prompts, already

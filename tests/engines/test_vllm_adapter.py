@@ -28,9 +28,9 @@ from evalgpu.engines.vllm import (
     to_vllm,
     true_probs,
 )
-from evalgpu.scorers.context_recall import claims_request
-from evalgpu.scorers.summarization import alignment_request, questions_request
-from evalgpu.verdicts import Alignment, Claims, questions_schema
+from evalgpu.scorers.context_recall import attribution_request, claims_request
+from evalgpu.scorers.summarization import ENGLISH_CLOSED, alignment_request, questions_request
+from evalgpu.verdicts import Claims, Supported, attribution_schema, questions_schema
 
 SOURCE = "The bridge opened in 1932. It carries eight lanes."
 
@@ -46,8 +46,12 @@ def test_each_request_carries_its_own_schema():
     requests = [claims_request("Paris is in France."), questions_request(SOURCE, 3)]
     _, settings = to_vllm(requests)
     schemas = [json.loads(s["structured_outputs"]["json"]) for s in settings]
-    assert schemas == [Claims.model_json_schema(), questions_schema(3).model_json_schema()]
+    assert schemas == [
+        Claims.model_json_schema(),
+        questions_schema(3, ENGLISH_CLOSED).model_json_schema(),
+    ]
     assert schemas[1]["properties"]["questions"]["maxItems"] == 3
+    assert schemas[1]["properties"]["questions"]["items"]["pattern"] == ENGLISH_CLOSED
 
 
 def test_sampling_is_greedy_seeded_and_budgeted():
@@ -169,24 +173,39 @@ def tokenised(pieces: list[str], at: dict[int, dict[str, float]]) -> Completion:
     return Completion("".join(pieces), list(range(len(pieces))), logprobs=logprobs)
 
 
-ALIGNED = ['{"alignment":[{"claim":"t","reason":"the f', 'acts",', '"supported":', " true", "}]}"]
+ALIGNED = ['{"sup', 'ported":', " true", "}"]
+# The verdict, then the passages: the "t" of "tributed" is inside a string, no literal.
+ATTRIBUTED = ['{"sup', 'ported":', " true", ',"passages":[', "1]}"]
 
 
 def test_p_is_read_where_the_literal_starts_and_renormalised_over_both_literals():
     # At " true" the allowed tokens came back: " true" (sampled, -0.1), "true", " false",
-    # " f", and a space that commits to neither. The "t" and "f" inside strings are skipped.
-    completion = tokenised(ALIGNED, {3: {"true": -3.0, " false": -2.0, " f": -4.0, " ": -1.0}})
+    # " f", and a space that commits to neither.
+    completion = tokenised(ALIGNED, {2: {"true": -3.0, " false": -2.0, " f": -4.0, " ": -1.0}})
     (p,) = true_probs(completion)
     true, false = math.exp(-0.1) + math.exp(-3.0), math.exp(-2.0) + math.exp(-4.0)
     assert p == pytest.approx(true / (true + false))
 
     reply = reply_from_output(alignment_request(SOURCE, "It opened."), Output([completion]))
-    assert isinstance(reply.parsed, Alignment)
-    assert reply.parsed.alignment[0].p == pytest.approx(p)
+    assert isinstance(reply.parsed, Supported)
+    assert reply.parsed.supported is True
+    assert reply.parsed.p == pytest.approx(p)
+
+
+def test_letters_inside_strings_are_no_literal_and_passages_carry_no_p():
+    completion = tokenised(ATTRIBUTED, {2: {" false": -2.0}})
+    (p,) = true_probs(completion)
+    assert p == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.0)))
+    request = attribution_request([SOURCE], "It opened.")
+    assert request.schema is attribution_schema(1)
+    reply = reply_from_output(request, Output([completion]))
+    assert reply.error is None
+    assert (reply.parsed.supported, reply.parsed.passages) == (True, [1])
+    assert reply.parsed.p == pytest.approx(p)
 
 
 def test_a_literal_missing_from_the_top_logprobs_gets_at_most_the_smallest_mass():
-    completion = tokenised(ALIGNED, {3: {" ": -5.0}})
+    completion = tokenised(ALIGNED, {2: {" ": -5.0}})
     (p,) = true_probs(completion)
     assert p == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-5.0)))
 
@@ -195,7 +214,7 @@ def test_no_logprobs_no_p():
     completion = Completion("".join(ALIGNED), list(range(len(ALIGNED))))
     assert true_probs(completion) is None
     reply = reply_from_output(alignment_request(SOURCE, "It opened."), Output([completion]))
-    assert reply.error is None and reply.parsed.alignment[0].p is None
+    assert reply.error is None and reply.parsed.p is None
 
 
 def test_schema_mismatch_is_an_error():

@@ -5,9 +5,9 @@ import re
 import pytest
 
 from evalgpu import create_context_recall_scorer
-from evalgpu.engines.scripted import ScriptedEngine
-from evalgpu.scorers.context_recall import match_verdicts
-from evalgpu.verdicts import AttributionVerdict
+from evalgpu.engines.scripted import ScriptedEngine, answer, tagged
+from evalgpu.scorers.context_recall import verdict_entry
+from evalgpu.verdicts import Attributed, Claims, attribution_schema
 
 EINSTEIN = "Einstein was born in 1879. Einstein developed relativity. Einstein won the Nobel Prize."
 CONTEXT = [
@@ -15,6 +15,15 @@ CONTEXT = [
     "Document 2: Einstein developed the theory of relativity, published in 1905.",
     "Document 3: Einstein moved to the United States in 1933.",
 ]
+
+
+def user_text(request) -> str:
+    return request.messages[-1]["content"]
+
+
+def seen(request) -> str:
+    """Everything a judge call is shown."""
+    return "\n".join(m["content"] for m in request.messages)
 
 
 def agent_run(question: str, ground_truth: str | None = None) -> dict:
@@ -138,22 +147,62 @@ def test_an_empty_claim_list_is_an_invalid_reply():
     assert engine.by_tag("context_recall.attribution") == []
 
 
-def test_attribution_asks_for_exactly_one_verdict_per_claim(engine):
+def test_one_attribution_check_per_claim(engine):
     create_context_recall_scorer(engine, context=CONTEXT).run(
         input="q", output="a", ground_truth=EINSTEIN
     )
-    (attribution,) = engine.by_tag("context_recall.attribution")
-    bounds = attribution.schema.model_json_schema()["properties"]["verdicts"]
-    assert bounds["minItems"] == bounds["maxItems"] == 3
+    checks = engine.by_tag("context_recall.attribution")
+    assert [tagged(user_text(r), "claim") for r in checks] == [
+        "Einstein was born in 1879.",
+        "Einstein developed relativity.",
+        "Einstein won the Nobel Prize.",
+    ]
+    assert all(r.schema is attribution_schema(3) for r in checks)
+    assert [sorted({r.tag for r in call}) for call in engine.calls] == [
+        ["context_recall.claims"],
+        ["context_recall.attribution"],
+    ]
 
 
-def test_an_attribution_reply_of_another_length_is_an_invalid_reply():
-    def one_verdict(request):
-        return {
-            "verdicts": [{"claim": "other", "reason": "r", "attributed": True, "passages": [3]}]
-        }
+def test_the_attribution_check_asks_for_its_verdict_first_and_not_for_p(engine):
+    create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth=EINSTEIN
+    )
+    for request in engine.by_tag("context_recall.attribution"):
+        properties = request.schema.model_json_schema()["properties"]
+        assert list(properties) == ["supported", "passages"]  # the verdict first
+        assert "p" not in properties
+        assert issubclass(request.schema, Attributed)
+        assert request.max_tokens < 64  # a verdict and a few passage numbers
 
-    engine = ScriptedEngine(overrides={"context_recall.attribution": one_verdict})
+
+def test_checks_against_one_context_share_their_prompt_up_to_the_claim(engine):
+    create_context_recall_scorer(engine, context=CONTEXT).run_batch(
+        [
+            {"input": "q", "output": "a", "ground_truth": EINSTEIN},
+            {"input": "q", "output": "a", "ground_truth": "Einstein moved in 1933."},
+        ]
+    )
+    checks = engine.by_tag("context_recall.attribution")
+    assert len(checks) == 4
+    heads = {user_text(r).split("<claim>")[0] for r in checks}
+    assert len(heads) == 1
+    (head,) = heads
+    assert head.startswith(f"Passage 1:\n<passage>\n{CONTEXT[0]}\n</passage>")
+    assert all(p in head for p in CONTEXT)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # the former reply, with one verdict per claim; a verdict with a reason; no verdict
+        {"verdicts": [{"claim": "c", "reason": "r", "attributed": True, "passages": [3]}]},
+        {"supported": True, "passages": [1], "reason": "r"},
+        {"passages": [1]},
+    ],
+)
+def test_an_attribution_reply_out_of_its_schema_is_an_invalid_reply(reply):
+    engine = ScriptedEngine(overrides={"context_recall.attribution": lambda r: reply})
     result = create_context_recall_scorer(engine, context=CONTEXT).run(
         input="q", output="a", ground_truth=EINSTEIN
     )
@@ -161,33 +210,64 @@ def test_an_attribution_reply_of_another_length_is_an_invalid_reply():
     assert result.error.startswith("context_recall.attribution: reply does not match the schema")
 
 
-def test_verdicts_match_claims_by_position():
-    def copied_wrongly(request):
-        verdict = {"claim": "other", "reason": "r", "attributed": True, "passages": [3]}
-        return {"verdicts": [verdict, {**verdict, "attributed": False}, verdict]}
+def test_verdicts_follow_the_claims_in_order():
+    def second_missing(request):
+        if "relativity" in tagged(user_text(request), "claim"):
+            return {"supported": False, "passages": []}
+        return {"supported": True, "passages": [3]}
 
-    engine = ScriptedEngine(overrides={"context_recall.attribution": copied_wrongly})
+    engine = ScriptedEngine(overrides={"context_recall.attribution": second_missing})
     result = create_context_recall_scorer(engine, context=CONTEXT).run(
         input="q", output="a", ground_truth=EINSTEIN
     )
     verdicts = result.analyze_step_result["verdicts"]
     assert [v["claim"] for v in verdicts] == result.preprocess_step_result["claims"]
     assert [v["attributed"] for v in verdicts] == [True, False, True]
+    assert [v["passages"] for v in verdicts] == [[3], [], [3]]
     assert result.score == pytest.approx(2 / 3)
 
 
-def test_defensive_matching_counts_a_missing_verdict_as_not_attributed():
-    verdict = AttributionVerdict(claim="x", reason="r", attributed=True, passages=[1])
-    entries = match_verdicts(["a", "b"], [verdict])
-    assert [(v["claim"], v["attributed"], v["p"]) for v in entries] == [
-        ("a", True, None),
-        ("b", False, None),
-    ]
+def test_a_no_verdict_drops_its_citations():
+    def cites_anyway(request):
+        reply = answer(request)
+        return {"supported": reply["supported"], "passages": [3, 1, 1]}
+
+    engine = ScriptedEngine(overrides={"context_recall.attribution": cites_anyway})
+    result = create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth=EINSTEIN
+    )
+    verdicts = result.analyze_step_result["verdicts"]
+    assert [v["attributed"] for v in verdicts] == [True, True, False]
+    # a "yes" keeps its passages (sorted, once each); a "no" cites nothing
+    assert [v["passages"] for v in verdicts] == [[1, 3], [1, 3], []]
+    assert 'Missing: "Einstein won the Nobel Prize."' in result.reason
+
+
+def test_verdict_entry_keeps_the_reference_shape():
+    yes, no = (
+        Attributed(supported=True, passages=[2, 1, 2]),
+        Attributed(supported=False, passages=[1]),
+    )
+    no.p = 0.2
+    assert verdict_entry("a", yes) == {
+        "claim": "a",
+        "attributed": True,
+        "reason": "found in the passages",
+        "passages": [1, 2],
+        "p": None,
+    }
+    assert verdict_entry("b", no) == {
+        "claim": "b",
+        "attributed": False,
+        "reason": "not found in the passages",
+        "passages": [],
+        "p": 0.2,
+    }
 
 
 def test_passage_numbers_outside_the_context_violate_the_schema():
     def bad(request):
-        return {"verdicts": [{"claim": "c", "reason": "r", "attributed": True, "passages": [9]}]}
+        return {"supported": True, "passages": [9]}
 
     engine = ScriptedEngine(overrides={"context_recall.attribution": bad})
     result = create_context_recall_scorer(engine, context=CONTEXT).run(
@@ -197,6 +277,15 @@ def test_passage_numbers_outside_the_context_violate_the_schema():
     assert result.error.startswith("context_recall.attribution: reply does not match the schema")
     schema = engine.by_tag("context_recall.attribution")[0].schema.model_json_schema()
     assert "'enum': [1, 2, 3]" in str(schema)  # what the constrained decoder could write
+
+
+def test_cited_passages_exist_and_only_a_yes_cites_any(engine):
+    result = create_context_recall_scorer(engine, context=CONTEXT).run(
+        input="q", output="a", ground_truth=EINSTEIN
+    )
+    for verdict in result.analyze_step_result["verdicts"]:
+        assert all(1 <= n <= len(CONTEXT) for n in verdict["passages"])
+        assert bool(verdict["passages"]) == verdict["attributed"]
 
 
 def test_claims_for_a_repeated_ground_truth_are_asked_once(engine):
@@ -215,13 +304,18 @@ def test_claims_prompt_sees_only_the_ground_truth(engine):
         input="QUESTION-MARKER", output="OUTPUT-MARKER", ground_truth=EINSTEIN
     )
     (claims,) = engine.by_tag("context_recall.claims")
-    text = "\n".join(m["content"] for m in claims.messages)
+    assert claims.schema is Claims
+    text = seen(claims)
     assert EINSTEIN in text
-    assert "Document 1" not in text and "MARKER" not in text
+    assert "MARKER" not in text
+    for passage in CONTEXT:  # never the passages: a judge cannot list them as claims
+        assert passage not in text
+    assert "Document" not in text and "<passage>\n" not in text and "Passage 1" not in text
 
 
 def test_model_reason(engine):
     scorer = create_context_recall_scorer(engine, context=CONTEXT, reason="model")
     result = scorer.run(input="q", output="a", ground_truth=EINSTEIN)
     assert result.reason == "The judge wrote this reason."
-    assert len(engine.calls) == 3
+    assert len(engine.calls) == 3  # claims, attribution checks, the reason
+    assert result.usage.calls == 1 + 3 + 1

@@ -103,11 +103,8 @@ def answer(request: JudgeRequest) -> dict[str, Any]:
         return {"claims": sentences(tagged(user, "answer"))}
     if tag == "summarization.questions":
         n = int(re.search(r"at most (\d+)", user).group(1))  # type: ignore[union-attr]
-        return {
-            "questions": [
-                f"Is it true that {s.rstrip('.')}?" for s in sentences(tagged(user, "source"))
-            ][:n]
-        }
+        facts = [" ".join(s.rstrip(".?!").split()) for s in sentences(tagged(user, "source"))]
+        return {"questions": [f"Is it true that {f.replace(chr(34), '')}?" for f in facts][:n]}
     if tag == "summarization.alignment":
         return {"supported": words(tagged(user, "claim")) <= words(tagged(user, "source"))}
     if tag == "summarization.question_check":
@@ -120,7 +117,7 @@ def answer(request: JudgeRequest) -> dict[str, Any]:
         passages = [words(p) for p in re.findall(r"<passage>\n(.*?)\n</passage>", user, flags=re.S)]
         claim = words(tagged(user, "claim"))
         found = [i for i, p in enumerate(passages, 1) if claim <= p]
-        return {"attributed": bool(found), "passages": found}
+        return {"supported": bool(found), "passages": found}
     if tag.endswith(".reason"):
         return {"reason": "The judge wrote this reason."}
     raise AssertionError(f"the scripted engine has no rule for {tag}")

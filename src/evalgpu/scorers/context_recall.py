@@ -183,9 +183,9 @@ def verdict_entry(claim: str, verdict: Attributed) -> dict[str, Any]:
     attributed: a citation beside a "no" is dropped)."""
     return {
         "claim": claim,
-        "attributed": verdict.attributed,
-        "reason": "found in the passages" if verdict.attributed else "not found in the passages",
-        "passages": sorted(set(verdict.passages)) if verdict.attributed else [],
+        "attributed": verdict.supported,
+        "reason": "found in the passages" if verdict.supported else "not found in the passages",
+        "passages": sorted(set(verdict.passages)) if verdict.supported else [],
         "p": verdict.p,
     }
 

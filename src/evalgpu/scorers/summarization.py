@@ -86,9 +86,11 @@ ASK_ANSWERED = 'Does the summary alone answer this question "yes"?'
 _AUXILIARIES = (
     "Is|Are|Was|Were|Am|Do|Does|Did|Has|Have|Had|Can|Could|Will|Would|Should|Shall|May|Might|Must"
 )
-ENGLISH_CLOSED = rf"^({_AUXILIARIES}) [^?\n]+\?$"
-CHINESE_CLOSED = r"^[^？?\n]+吗[？?]$"
-JAPANESE_CLOSED = r"^[^？?\n]+か[？?]$"
+# Each carries its length bound (`CLAIM_CHARS`) and admits no quote, backslash or newline (see
+# `evalgpu.verdicts.questions_schema`: why).
+ENGLISH_CLOSED = rf'^({_AUXILIARIES}) [^?"\\\n]{{1,{CLAIM_CHARS - 10}}}\?$'
+CHINESE_CLOSED = rf'^[^？?"\\\n]{{1,{CLAIM_CHARS // 2}}}吗[？?]$'
+JAPANESE_CLOSED = rf'^[^？?"\\\n]{{1,{CLAIM_CHARS // 2}}}か[？?]$'
 _ENGLISH_WORDS = frozenset(
     "the a an and of to in is was were are that it for on with as by at from his her its".split()
 )

@@ -1,0 +1,56 @@
+"""The default judge judges: on the shipped examples, an invented summary scores below its
+faithful twin, and a ground truth that the context does not hold is not recalled.
+
+These run the embedded default model on CPU (marked slow). They assert orderings the examples
+were written to show, never a model's exact scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalgpu import create_context_recall_scorer, create_summarization_scorer
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _rows(name: str) -> dict[str, dict]:
+    lines = (EXAMPLES / name).read_text(encoding="utf-8").splitlines()
+    return {row["id"]: row for row in map(json.loads, lines)}
+
+
+@pytest.fixture(scope="module")
+def default_judge():
+    from evalgpu.engines import load_engine
+
+    return load_engine(None, backend="transformers")
+
+
+@pytest.mark.slow
+def test_an_invented_summary_scores_below_its_faithful_twin(default_judge):
+    rows = _rows("summarization.jsonl")
+    good, invented = rows["bridge-good"], rows["bridge-invented"]
+    scorer = create_summarization_scorer(default_judge, max_questions=3)
+    results = scorer.run_batch(
+        [{"input": r["source"], "output": r["summary"]} for r in (good, invented)]
+    )
+    assert all(r.error is None for r in results), [r.error for r in results]
+    faithful, unfaithful = results
+    assert unfaithful.score < faithful.score
+    assert unfaithful.axes["alignment_soft"] < faithful.axes["alignment_soft"]
+    # The invented claims are the summary's own: none of them is a sentence of the source.
+    claims = [v["claim"] for v in unfaithful.preprocess_step_result["alignment"]]
+    assert not any(claim.rstrip(".") in good["source"] for claim in claims if len(claim) > 40)
+
+
+@pytest.mark.slow
+def test_a_ground_truth_absent_from_the_context_is_not_recalled(default_judge):
+    row = _rows("context_recall.jsonl")["eiffel-missed"]
+    scorer = create_context_recall_scorer(default_judge, context=row["context"])
+    result = scorer.run(input=row["input"], ground_truth=row["ground_truth"])
+    assert result.error is None, result.error
+    assert result.score == 0.0
+    assert result.axes["recall_soft"] < 0.5
