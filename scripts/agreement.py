@@ -37,15 +37,23 @@ row: `--compare A.json B.json` gives, for each value both hold, A's metric minus
 interval over the same rows (FRANK: pairs) resampled for both. That interval is narrower than
 the two runs' own intervals side by side, since what the rows share cancels out.
 
+Other judge designs run on the same rows and model with `--design NAME` (scripts/designs/:
+`evalgpu`, the package's scorers, the default; `mastra-1call`, the judge as it was at d4e0157;
+`deepeval`, DeepEval's SummarizationMetric and ContextualRecall designs; `direct`, one yes/no
+question per summary and axis). The JSON records the design; `--compare` of two designs on
+the same rows is what they are for, while `--merge` takes slices of one design only.
+
 A file too slow to score in one process is scored in `--offset` slices side by side (a process
 per core, or per machine), and `--merge RUN...` reports the slices' JSON as one run: every
-metric and interval computed over all their rows. Slices must come from the same file, engine,
-compute and scale, and no row may be in two of them.
+metric and interval computed over all their rows. Slices must come from the same file, design,
+engine, compute and scale, and no row may be in two of them.
 
     .venv/bin/python scripts/agreement.py --pairs 30          # benchmarks/data/frank_dev.jsonl
     .venv/bin/python scripts/agreement.py benchmarks/data/attribution_dev.jsonl --limit 40 \
         --json docs/agreement-attribution.json
     .venv/bin/python scripts/agreement.py --compare out/new-prompt.json out/shipped.json
+    .venv/bin/python scripts/agreement.py --pairs 30 --design deepeval --json out/deepeval.json
+    .venv/bin/python scripts/agreement.py --compare out/deepeval.json out/evalgpu.json
     .venv/bin/python scripts/agreement.py --merge out/rose-0.json out/rose-60.json
 """
 
@@ -63,9 +71,14 @@ from typing import Any
 
 import numpy as np
 
-from evalgpu import create_context_recall_scorer, create_summarization_scorer, load_engine
+from evalgpu import load_engine
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))  # designs/ lives beside this file
+
+from designs import DEFAULT, DESIGNS  # noqa: E402
+
 DATA = ROOT / "benchmarks" / "data" / "frank_dev.jsonl"
 """The default file: FRANK's dev set, found from this file, so that any working folder works."""
 
@@ -198,9 +211,17 @@ def kind_of(record: dict[str, Any]) -> str:
     )
 
 
-def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, max_questions: int):
+def score(
+    records: list[dict[str, Any]],
+    kind: str,
+    engine: Any,
+    scale: float,
+    max_questions: int,
+    design: str = DEFAULT,
+):
+    """Every record scored by `design` (scripts/designs/), results in order."""
+    scorer = DESIGNS[design](kind, engine, scale, max_questions)
     if kind == "attribution":
-        scorer = create_context_recall_scorer(engine, context=["(per row)"], scale=scale)
         runs = [
             {
                 "input": r.get("question", ""),
@@ -210,7 +231,6 @@ def score(records: list[dict[str, Any]], kind: str, engine: Any, scale: float, m
             for r in records
         ]
     else:
-        scorer = create_summarization_scorer(engine, max_questions=max_questions, scale=scale)
         runs = [{"input": r["source"], "output": r["summary"]} for r in records]
     return scorer.run_batch(runs)
 
@@ -367,6 +387,10 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     The metric is the file's ranking metric: the pair win rate (FRANK), Spearman with
     `human_coverage` (RoSE), ROC-AUC against `label_attributed` (AttributionBench).
 
+    The runs may differ in anything but their rows: a prompt, a compute, a model, or a whole
+    design (`--design`), which is what comparing designs on the same rows is for. The result
+    names both runs' designs (`design`: [a's, b's]).
+
     Raises:
         ValueError: the runs are of different files or rows, or without row values.
     """
@@ -384,7 +408,11 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         """a's metric minus b's (FRANK: faithful and unfaithful values of each run)."""
         return single(xa, ya) - single(xb, yb)
 
-    out: dict[str, Any] = {"kind": kind, "rows": len(rows_a)}
+    out: dict[str, Any] = {
+        "kind": kind,
+        "rows": len(rows_a),
+        "design": [recorded(a, "design"), recorded(b, "design")],
+    }
     for name in names:
         va, vb = [value(r, name) for r in rows_a], [value(r, name) for r in rows_b]
         if kind == "faithfulness":  # a pair is a unit: faithful at i, unfaithful at i + 1
@@ -411,8 +439,13 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-MERGED_ALIKE = ("file", "kind", "engine", "compute", "scale")
+MERGED_ALIKE = ("file", "kind", "design", "engine", "compute", "scale")
 """What runs reported as one must share: the rows differ, the judging may not."""
+
+
+def recorded(run: dict[str, Any], key: str) -> Any:
+    """A run's recorded `key`; runs recorded before `--design` existed are of the default."""
+    return run.get(key, DEFAULT) if key == "design" else run.get(key)
 
 
 def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -421,13 +454,13 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     interval computed again over all of them, as one run on those rows would give.
 
     Raises:
-        ValueError: a run without row values, runs that differ in file, kind, engine, compute
-            or scale, or a row in more than one run.
+        ValueError: a run without row values, runs that differ in file, kind, design, engine,
+            compute or scale, or a row in more than one run.
     """
     if any("scored" not in run for run in runs):
         raise ValueError("every run needs its rows ('scored'): run agreement.py --json again")
     for key in MERGED_ALIKE:
-        seen = {json.dumps(run.get(key)) for run in runs}
+        seen = {json.dumps(recorded(run, key)) for run in runs}
         if len(seen) > 1:
             raise ValueError(f"the runs differ in {key}: {', '.join(sorted(seen))}")
     rows = [row for run in runs for row in run["scored"]]
@@ -440,7 +473,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     first = runs[0]
     kind, scale = first["kind"], first.get("scale") or 1.0
     out = metrics(rows, kind, scale, pairs=kind == "faithfulness")
-    out.update({key: first.get(key) for key in MERGED_ALIKE})
+    out.update({key: recorded(first, key) for key in MERGED_ALIKE})
     out.update(
         {
             "offset": [run.get("offset") for run in runs],
@@ -451,7 +484,9 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def print_table(out: dict[str, Any], name: str) -> None:
+def print_table(out: dict[str, Any], name: str, design: str = DEFAULT) -> None:
+    if design != DEFAULT:
+        name = f"{name}, design {design}"
     print(
         f"| {name} ({out['kind']}, {out['rows']} rows, {out['invalid']} invalid, "
         f"{out['too_long']} too long) | value | 95 % CI |"
@@ -511,6 +546,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the transformers engine's rows decoded together (default 16); lower it where "
         "long contexts decoded together run out of memory",
     )
+    parser.add_argument(
+        "--design",
+        choices=list(DESIGNS),
+        default=DEFAULT,
+        help="the judge design (scripts/designs/): evalgpu (the package's scorers, default), "
+        "mastra-1call, deepeval, direct",
+    )
     parser.add_argument("--max-questions", type=int, default=5)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--json", type=Path, default=None)
@@ -531,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         "by side) as one run; scores nothing",
     )
     args = parser.parse_args(argv)
+    if (args.compare or args.merge) and args.design != DEFAULT:
+        parser.error("--design scores rows; --compare and --merge read each run's own design")
     if args.compare:
         try:
             a, b = (json.loads(path.read_text()) for path in args.compare)
@@ -538,6 +582,11 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError) as exc:
             parser.error(f"--compare: {exc}")
         metric = RANKING[compared["kind"]][0]
+        design_a, design_b = compared["design"]
+        print(
+            f"A: {args.compare[0].name} (design {design_a}), B: {args.compare[1].name} "
+            f"(design {design_b}), {compared['rows']} rows\n"
+        )
         print(f"| value | {metric}, A | {metric}, B | A - B | 95 % CI (paired) |")
         print("|---|---:|---:|---:|---|")
         for name, m in compared.items():
@@ -553,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
             out = merge([json.loads(path.read_text()) for path in args.merge])
         except (OSError, ValueError, KeyError) as exc:
             parser.error(f"--merge: {exc}")
-        print_table(out, f"{Path(out['file']).name}, {len(args.merge)} runs")
+        print_table(out, f"{Path(out['file']).name}, {len(args.merge)} runs", out["design"])
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(out, indent=2))
@@ -579,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model, backend=args.backend, **{k: v for k, v in options.items() if v is not None}
     )
     t = time.perf_counter()
-    results = score(records, kind, engine, args.scale, args.max_questions)
+    results = score(records, kind, engine, args.scale, args.max_questions, args.design)
     seconds = time.perf_counter() - t
     rows = scored_rows(records, results, kind, args.scale)
     out = metrics(rows, kind, args.scale, pairs=pairs)
@@ -587,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "file": rel(args.data),
             "kind": kind,
+            "design": args.design,
             "engine": engine.name,
             "compute": getattr(engine, "compute", None),
             "batch_size": getattr(engine, "batch_size", None),
@@ -603,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
         if errors:
             print(f"{len(errors)} rows {label}, first: {errors[0]}", file=sys.stderr)
 
-    print_table(out, args.data.name)
+    print_table(out, args.data.name, args.design)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2))

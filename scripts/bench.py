@@ -9,11 +9,19 @@ benchmarks/data/frank_dev.jsonl unless --data says otherwise), it times:
   (c) ceiling      the identical request lists that (a) sent, one generate() per wave, with
                    no scorer logic: what the engine alone does with that work.
 
-It prints a markdown table and `speedup batched/sequential: X.XX` as its last line, and
-writes the numbers as JSON.
+With `--design NAME...` (scripts/designs/: evalgpu, the default, mastra-1call, deepeval,
+direct) it times each design's summarization scorer in turn on the same rows and engine, each
+from a cold prefix cache, and reports per design its rows/s, judge requests per row and the
+cached share of prompt tokens (prompt tokens the engine served from its prefix cache).
+
+It prints a markdown table and `speedup batched/sequential: X.XX` as its last line (one line
+per design when there are several, `speedup batched/sequential, NAME: X.XX`), and writes the
+numbers as JSON.
 
     .venv/bin/python scripts/bench.py --quick            # the tiny preset, 5 rows, minutes
     .venv/bin/python scripts/bench.py --rows 64 --max-questions 10 --json docs/bench.json
+    .venv/bin/python scripts/bench.py --rows 20 --skip-sequential \
+        --design evalgpu mastra-1call deepeval direct
     # GPU, 7-8 B judge (see docs/BENCHMARKS.md):
     python scripts/bench.py --backend vllm --model /models/qwen2.5-7b-instruct --rows 2000
     # vLLM's CPU build, tiny preset (VLLM_CPU_KVCACHE_SPACE=2 in the environment):
@@ -32,11 +40,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgpu import create_summarization_scorer, load_engine
+from evalgpu import load_engine
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 from evalgpu.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))  # designs/ lives beside this file
+
+from designs import DEFAULT, DESIGNS  # noqa: E402
+
 DATA = ROOT / "benchmarks" / "data" / "frank_dev.jsonl"
 """The default rows: FRANK's dev set, found from this file, so that any working folder works."""
 
@@ -55,6 +68,7 @@ class Meter:
 
     engine: Engine
     calls: int = 0
+    requests: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -67,6 +81,7 @@ class Meter:
 
     def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
         self.calls += 1
+        self.requests += len(requests)
         self.waves.append(list(requests))
         replies = self.engine.generate(requests)
         for reply in replies:
@@ -115,9 +130,10 @@ def engine_options(pairs: Sequence[str]) -> dict[str, Any]:
     return options
 
 
-def measure(label: str, meter: Meter, seconds: float, rows: int) -> dict[str, Any]:
+def measure(label: str, design: str, meter: Meter, seconds: float, rows: int) -> dict[str, Any]:
     return {
         "mode": label,
+        "design": design,
         "rows": rows,
         "seconds": round(seconds, 2),
         "rows_per_s": rows / seconds,
@@ -126,6 +142,7 @@ def measure(label: str, meter: Meter, seconds: float, rows: int) -> dict[str, An
         "prompt_tokens": meter.prompt_tokens,
         "output_tokens": meter.output_tokens,
         "cached_share": meter.cached_tokens / meter.prompt_tokens if meter.prompt_tokens else 0.0,
+        "requests_per_row": meter.requests / rows if rows else 0.0,
         "generate_calls": meter.calls,
         "invalid_replies": meter.invalid,
     }
@@ -161,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-questions", type=int, default=5)
     parser.add_argument(
+        "--design",
+        nargs="+",
+        choices=list(DESIGNS),
+        default=[DEFAULT],
+        metavar="NAME",
+        help="judge designs to time side by side (scripts/designs/): evalgpu (default), "
+        "mastra-1call, deepeval, direct",
+    )
+    parser.add_argument(
         "--data", type=Path, default=DATA, help="JSONL with source and summary (default: FRANK)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
@@ -194,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         # The tiny preset: --quick measures batching, not judging, in minutes on a CPU.
         args.model = args.model or "smollm2-135m-instruct"
 
+    args.design = list(dict.fromkeys(args.design))  # each design once, in the order given
     if args.ray:
+        if args.design != [DEFAULT]:
+            parser.error("--ray times the package's scorers only; leave out --design")
         return ray_main(args)
     rows = load_rows(args.data, args.rows, args.docs, args.first_doc)
     engine = load_engine(args.model, backend=args.backend, **engine_options(args.engine_option))
@@ -203,63 +232,27 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
 
-    # Warm up once (compiles the schemas' constraints, loads kernels) so no mode pays for it.
-    create_summarization_scorer(engine, max_questions=args.max_questions).run_batch(rows[:1])
-
-    # Every mode starts with a cold prefix cache (vLLM's outlives a generate() call), so that
-    # no mode is served prompts that an earlier mode computed.
-    cold = getattr(engine, "reset_prefix_cache", lambda: None)
-
-    # (a) evalgpu: run_batch over all rows, through a fresh Meter: replies are cached per engine
-    # object, so nothing the warm-up asked of the bare engine is answered from a cache.
-    cold()
-    batched = Meter(engine)
-    scorer = create_summarization_scorer(batched, max_questions=args.max_questions)
-    t = time.perf_counter()
-    results = scorer.run_batch(rows)
-    a = measure("(a) evalgpu run_batch", batched, time.perf_counter() - t, len(rows))
-    print(f"# (a) {a['seconds']} s", file=sys.stderr)
-    a["row_errors"] = sum(r.error is not None for r in results)
-
-    # (c) the raw ceiling: the identical request lists of (a), one generate() per wave.
-    cold()
-    ceiling = Meter(engine)
-    t = time.perf_counter()
-    for wave in batched.waves:
-        ceiling.generate(wave)
-    c = measure("(c) ceiling, same requests", ceiling, time.perf_counter() - t, len(rows))
-    print(f"# (c) {c['seconds']} s", file=sys.stderr)
-
-    table = [a, c]
-    # (b) sequential: one row at a time, one request per generate(), no reuse between rows.
-    if not args.skip_sequential:
-        cold()
-        sequential = Meter(engine)
-        one_by_one = OneAtATime(sequential)
-        scorer_b = create_summarization_scorer(one_by_one, max_questions=args.max_questions)
-        t = time.perf_counter()
-        for row in rows:
-            Runner(one_by_one, cache=False).run(
-                [(scorer_b.id, scorer_b.steps(row["input"], row["output"]))]
-            )
-        b = measure("(b) sequential, per row", sequential, time.perf_counter() - t, len(rows))
-        table.insert(1, b)
+    table: list[dict[str, Any]] = []
+    ratios_by_design: dict[str, dict[str, float]] = {}
+    for design in args.design:
+        modes, ratios = bench_design(design, engine, rows, args)
+        table += modes
+        ratios_by_design[design] = ratios
 
     print(
-        "| mode | rows/s | prompt tok/s | output tok/s | cached share "
+        "| mode | rows/s | prompt tok/s | output tok/s | cached share | requests/row "
         "| generate() calls | invalid |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for m in table:
         print(
             f"| {m['mode']} | {m['rows_per_s']:.3f} | {m['prompt_tok_per_s']:.0f} | "
-            f"{m['output_tok_per_s']:.1f} | {m['cached_share']:.0%} | {m['generate_calls']} | "
-            f"{m['invalid_replies']} |"
+            f"{m['output_tok_per_s']:.1f} | {m['cached_share']:.0%} | "
+            f"{m['requests_per_row']:.1f} | {m['generate_calls']} | {m['invalid_replies']} |"
         )
-    ratios = {"a_over_c": a["rows_per_s"] / c["rows_per_s"]}
-    if not args.skip_sequential:
-        ratios["a_over_b"] = a["rows_per_s"] / table[1]["rows_per_s"]
-    print(f"\n(a)/(c) = {ratios['a_over_c']:.2f}")
+    print()
+    for design, ratios in ratios_by_design.items():
+        print(f"(a)/(c), {design} = {ratios['a_over_c']:.2f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -269,14 +262,78 @@ def main(argv: list[str] | None = None) -> int:
                         k: rel(v) if isinstance(v, Path) else str(v) for k, v in vars(args).items()
                     },
                     "modes": table,
-                    "ratios": ratios,
+                    "ratios": ratios_by_design[args.design[0]],
+                    "ratios_by_design": ratios_by_design,
                 },
                 indent=2,
             )
         )
-    if "a_over_b" in ratios:
-        print(f"speedup batched/sequential: {ratios['a_over_b']:.2f}")
+    for design, ratios in ratios_by_design.items():
+        if "a_over_b" in ratios:
+            name = "" if len(ratios_by_design) == 1 else f", {design}"
+            print(f"speedup batched/sequential{name}: {ratios['a_over_b']:.2f}")
     return 0
+
+
+def bench_design(
+    design: str, engine: Engine, rows: list[dict[str, Any]], args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Modes (a), (b) and (c) of one design's summarization scorer on `rows`, and their ratios."""
+
+    def scorer(judge: Any) -> Any:
+        return DESIGNS[design]("faithfulness", judge, 1.0, args.max_questions)
+
+    # Warm up once (compiles the schemas' constraints, loads kernels) so no mode pays for it.
+    scorer(engine).run_batch(rows[:1])
+
+    # Every mode starts with a cold prefix cache (vLLM's outlives a generate() call), so that
+    # no mode is served prompts that an earlier mode (or design) computed.
+    cold = getattr(engine, "reset_prefix_cache", lambda: None)
+
+    # (a) run_batch over all rows, through a fresh Meter: replies are cached per engine
+    # object, so nothing the warm-up asked of the bare engine is answered from a cache.
+    cold()
+    batched = Meter(engine)
+    t = time.perf_counter()
+    results = scorer(batched).run_batch(rows)
+    a = measure(f"(a) {design} run_batch", design, batched, time.perf_counter() - t, len(rows))
+    print(f"# (a) {design}: {a['seconds']} s", file=sys.stderr)
+    a["row_errors"] = sum(r.error is not None for r in results)
+
+    # (c) the raw ceiling: the identical request lists of (a), one generate() per wave.
+    cold()
+    ceiling = Meter(engine)
+    t = time.perf_counter()
+    for wave in batched.waves:
+        ceiling.generate(wave)
+    c = measure(
+        f"(c) {design} ceiling, same requests", design, ceiling, time.perf_counter() - t, len(rows)
+    )
+    print(f"# (c) {design}: {c['seconds']} s", file=sys.stderr)
+
+    modes = [a, c]
+    ratios = {"a_over_c": a["rows_per_s"] / c["rows_per_s"]}
+    # (b) sequential: one row at a time, one request per generate(), no reuse between rows.
+    if not args.skip_sequential:
+        cold()
+        sequential = Meter(engine)
+        one_by_one = OneAtATime(sequential)
+        scorer_b = scorer(one_by_one)
+        t = time.perf_counter()
+        for row in rows:
+            Runner(one_by_one, cache=False).run(
+                [(scorer_b.id, scorer_b.steps(row["input"], row["output"]))]
+            )
+        b = measure(
+            f"(b) {design} sequential, per row",
+            design,
+            sequential,
+            time.perf_counter() - t,
+            len(rows),
+        )
+        modes.insert(1, b)
+        ratios["a_over_b"] = a["rows_per_s"] / b["rows_per_s"]
+    return modes, ratios
 
 
 def ray_main(args: argparse.Namespace) -> int:

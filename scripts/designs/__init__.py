@@ -1,0 +1,65 @@
+"""The same judge, other designs, side by side (issue 19 item 5).
+
+`DESIGNS[name](kind, engine, scale, max_questions)` returns a scorer (a `Scorer`: `run_batch`,
+`steps`, `id`) for one kind of file as agreement.py's `kind_of` names it: "faithfulness" and
+"coverage" files are scored by a summarization design (runs `{"input": source, "output":
+summary}`), "attribution" files by a context recall design (runs `{"input", "ground_truth",
+"context"}`). Every design gives the product's axes, so that agreement.py's metrics and
+`--compare` read them unchanged: summarization `alignment`, `coverage`, `alignment_soft`,
+`coverage_soft`; context recall `recall`, `recall_soft` (soft axes from the engine's `p`,
+absent when it gives none); `score` is min(alignment, coverage) * scale, or recall * scale.
+
+- `evalgpu`: the product's scorers, as the package has them.
+- `mastra-1call`: the judge as it was at commit d4e0157 (`designs.mastra_1call`).
+- `deepeval`: DeepEval's SummarizationMetric and ContextualRecall designs
+  (`designs.deepeval_like`).
+- `direct`: one yes/no question per summary and axis, read as p(yes) (`designs.direct`).
+
+Scripts import this folder by path (`sys.path` gets scripts/); `designs.scripted:engine` is a
+scripted judge with rules for every design's requests (`--backend designs.scripted:engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from designs import deepeval_like, direct, mastra_1call
+from evalgpu import create_context_recall_scorer, create_summarization_scorer
+
+__all__ = ["DEFAULT", "DESIGNS", "KINDS", "Factory", "make"]
+
+Factory = Callable[[str, Any, float, int], Any]
+"""`(kind, engine, scale, max_questions) -> scorer with run_batch(runs)`."""
+
+KINDS = ("faithfulness", "coverage", "attribution")
+
+
+def evalgpu_design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
+    """The product's scorers (hard verdicts; the soft axes come with them)."""
+    if kind == "attribution":
+        # Every row brings its own context; the static one only satisfies the factory.
+        return create_context_recall_scorer(engine, context=["(per row)"], scale=scale)
+    return create_summarization_scorer(engine, max_questions=max_questions, scale=scale)
+
+
+DESIGNS: dict[str, Factory] = {
+    "evalgpu": evalgpu_design,
+    mastra_1call.NAME: mastra_1call.design,
+    deepeval_like.NAME: deepeval_like.design,
+    direct.NAME: direct.design,
+}
+DEFAULT = "evalgpu"
+
+
+def make(design: str, kind: str, engine: Any, scale: float, max_questions: int) -> Any:
+    """`DESIGNS[design](kind, engine, scale, max_questions)`, with the names checked.
+
+    Raises:
+        ValueError: an unknown design or kind.
+    """
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    return DESIGNS[design](kind, engine, scale, max_questions)

@@ -1,0 +1,130 @@
+"""What every design shares: the runs agreement.py and bench.py score, and the results' shape.
+
+The designs score plain runs only, as the two scripts build them: summarization
+`{"input": source, "output": summary}` (or a per-run `source`), context recall
+`{"input": question, "ground_truth": answer, "context": [passages]}`. Agent-shaped runs,
+extractors and model-written reasons are the product's; a design does without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from evalgpu.engines.base import Engine
+from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.scorers._scorer import Scorer
+
+SUMMARIZATION_AXES = ("alignment", "coverage", "alignment_soft", "coverage_soft")
+RECALL_AXES = ("recall", "recall_soft")
+
+
+def summarization_scorer(
+    design: str, engine: Engine, steps: Callable[..., Steps], **options: Any
+) -> Scorer:
+    """A `Scorer` of summarization runs whose steps are `steps(source, summary, **options)`."""
+    scorer_id = f"summarization-scorer@{design}"
+
+    def run_steps(input: Any, output: Any, ground_truth: Any, source: Any = None) -> Steps:
+        text = source if source is not None else input
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"source: must be a non-blank string, got {type(text).__name__}")
+        if not isinstance(output, str):
+            raise InputError(f"summary: must be a string, got {type(output).__name__}")
+        if not output.strip():
+            return empty_summary(scorer_id)
+        return (yield from steps(text, output, scorer_id=scorer_id, **options))
+
+    return Scorer(
+        scorer_id, engine, run_steps, per_run_fields=frozenset({"source"}), options=options
+    )
+
+
+def recall_scorer(
+    design: str, engine: Engine, steps: Callable[..., Steps], **options: Any
+) -> Scorer:
+    """A `Scorer` of context recall runs whose steps are `steps(passages, ground_truth, ...)`."""
+    scorer_id = f"context-recall-scorer@{design}"
+
+    def run_steps(input: Any, output: Any, ground_truth: Any, context: Any = None) -> Steps:
+        if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
+            return ScoreResult(
+                scorer=scorer_id,
+                score=0.0,
+                reason="No ground truth was given: score 0.",
+                axes={"recall": 0.0, "recall_soft": 0.0},
+            )
+        if not isinstance(ground_truth, str):
+            raise InputError(f"ground_truth: must be a string, got {type(ground_truth).__name__}")
+        passages = [context] if isinstance(context, str) else context
+        if not isinstance(passages, list) or not all(isinstance(p, str) for p in passages):
+            raise InputError("context: each run needs its own context, a list of strings")
+        if not passages:
+            raise InputError("context: the run's context has no passages")
+        return (yield from steps(passages, ground_truth, scorer_id=scorer_id, **options))
+
+    return Scorer(
+        scorer_id, engine, run_steps, per_run_fields=frozenset({"context"}), options=options
+    )
+
+
+def empty_summary(scorer_id: str) -> ScoreResult:
+    """A blank summary: score 0 on every axis without a judge call (as the product does)."""
+    return ScoreResult(
+        scorer=scorer_id,
+        score=0.0,
+        reason="The summary is empty: score 0.",
+        axes=dict.fromkeys(SUMMARIZATION_AXES, 0.0),
+    )
+
+
+def share(flags: Sequence[bool]) -> float:
+    """The share of true flags; 0 when there are none (as the product's axes)."""
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def summarization_result(
+    scorer_id: str,
+    axes: dict[str, float | None],
+    scale: float,
+    preprocess: dict[str, Any],
+    analyze: dict[str, Any],
+    reason: str,
+) -> ScoreResult:
+    """`score = min(alignment, coverage) * scale`; soft axes kept only when both are known."""
+    kept = {k: float(v) for k, v in axes.items() if v is not None}
+    if "alignment_soft" not in kept or "coverage_soft" not in kept:
+        kept.pop("alignment_soft", None)
+        kept.pop("coverage_soft", None)
+    score = min(kept["alignment"], kept["coverage"]) * scale
+    why = f"Score {score:.2f} (alignment {kept['alignment']:.2f}, coverage {kept['coverage']:.2f})."
+    return ScoreResult(
+        scorer=scorer_id,
+        score=score,
+        reason=f"{why} {reason}".strip(),
+        preprocess_step_result=preprocess,
+        analyze_step_result=analyze,
+        axes=kept,
+    )
+
+
+def recall_result(
+    scorer_id: str,
+    recall: float,
+    soft: float | None,
+    scale: float,
+    preprocess: dict[str, Any],
+    analyze: dict[str, Any],
+) -> ScoreResult:
+    """`score = recall * scale`; `recall_soft` only when known."""
+    axes = {"recall": recall}
+    if soft is not None:
+        axes["recall_soft"] = soft
+    return ScoreResult(
+        scorer=scorer_id,
+        score=recall * scale,
+        reason=f"Recall {recall * scale:.2f}.",
+        preprocess_step_result=preprocess,
+        analyze_step_result=analyze,
+        axes=axes,
+    )

@@ -1,0 +1,287 @@
+"""The judge's other designs (scripts/designs/, issue 19 item 5), on the scripted engine."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from evalgpu.engines.scripted import ScriptedEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))
+
+import designs  # noqa: E402
+from designs.scripted import RULES, engine  # noqa: E402
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+agreement = load("agreement")
+bench = load("bench")
+
+SOURCE = "Cats purr. Dogs bark at 3 am."
+SUMMARIES = [
+    {"input": SOURCE, "output": "Cats purr. Dogs bark at 3 am."},  # faithful, complete
+    {"input": SOURCE, "output": "Dogs bark at 4 am."},  # a wrong number, half the facts
+]
+ATTRIBUTIONS = [
+    {
+        "input": "q",
+        "ground_truth": "Cats purr. Dogs bark.",
+        "context": ["Cats purr.", "Dogs bark."],
+    },
+    {"input": "q", "ground_truth": "Cats purr. Dogs fly.", "context": ["Cats purr loudly."]},
+]
+SUMMARIZATION_AXES = {"alignment", "coverage", "alignment_soft", "coverage_soft"}
+RECALL_AXES = {"recall", "recall_soft"}
+OURS = ["mastra-1call", "deepeval", "direct"]
+VERDICT_STEPS = {
+    "mastra-1call": {"alignment", "coverage", "attribution"},
+    "deepeval": {"verdicts", "answers", "recall"},
+    "direct": {"alignment", "coverage", "recall"},
+}
+"""Each design's steps whose replies are verdicts (the others list claims or questions)."""
+
+
+def test_the_designs_are_the_product_and_three_others():
+    assert list(designs.DESIGNS) == ["evalgpu", "mastra-1call", "deepeval", "direct"]
+    assert designs.DEFAULT == "evalgpu"
+    with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
+        designs.make("ragas", "faithfulness", engine(), 1.0, 5)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        designs.make("direct", "fluency", engine(), 1.0, 5)
+
+
+@pytest.mark.parametrize("design", list(designs.DESIGNS))
+@pytest.mark.parametrize("kind", ["faithfulness", "coverage", "attribution"])
+def test_every_design_scores_two_rows_of_each_kind_with_the_product_axes(design, kind):
+    judge = engine()
+    scale = 2.0
+    scorer = designs.make(design, kind, judge, scale, 3)
+    runs = ATTRIBUTIONS if kind == "attribution" else SUMMARIES
+    results = scorer.run_batch(runs)
+    assert [r.error for r in results] == [None, None]
+    for r in results:
+        if kind == "attribution":
+            assert RECALL_AXES <= set(r.axes)
+            assert r.score == pytest.approx(r.axes["recall"] * scale)
+        else:
+            assert SUMMARIZATION_AXES <= set(r.axes)
+            assert r.score == pytest.approx(min(r.axes["alignment"], r.axes["coverage"]) * scale)
+        assert all(0.0 <= v <= 1.0 for v in r.axes.values())
+    # The scripted rules: the first row holds up, the second does not.
+    assert results[0].score == scale
+    assert results[1].score < scale
+    if design != "evalgpu":  # our own tags only: the product's requests are the product's
+        assert {r.tag.split(".")[0] for r in judge.requests} == {design.split("-")[0]}
+
+
+@pytest.mark.parametrize("design", OURS)
+def test_soft_axes_come_from_p_and_are_absent_when_the_engine_gives_none(design):
+    (faithful, _) = designs.make(design, "faithfulness", engine(), 1.0, 3).run_batch(SUMMARIES)
+    if design == "deepeval":  # p(yes) = p(stated) * (1 - p(contradicted)) = 0.9 * 0.9
+        assert faithful.axes["alignment_soft"] == pytest.approx(0.81)
+    else:
+        assert faithful.axes["alignment_soft"] == pytest.approx(0.9)
+    blind = ScriptedEngine(overrides=RULES, true_p=None)
+    for kind, runs in (("faithfulness", SUMMARIES), ("attribution", ATTRIBUTIONS)):
+        for r in designs.make(design, kind, blind, 1.0, 3).run_batch(runs):
+            assert r.error is None
+            assert not any(name.endswith("_soft") for name in r.axes)
+
+
+@pytest.mark.parametrize("design", OURS)
+def test_every_request_schema_holds_verdicts_whose_p_engines_read(design):
+    # vLLM and transformers read p only for a schema whose fields hold verdicts.
+    from evalgpu.verdicts import has_soft_verdicts
+
+    judge = engine()
+    designs.make(design, "faithfulness", judge, 1.0, 3).run_batch(SUMMARIES)
+    designs.make(design, "attribution", judge, 1.0, 3).run_batch(ATTRIBUTIONS)
+    judging = [r for r in judge.requests if r.tag.split(".")[1] in VERDICT_STEPS[design]]
+    assert {r.tag.split(".")[1] for r in judging} == VERDICT_STEPS[design]
+    for request in judging:
+        assert has_soft_verdicts(request.schema), request.tag
+
+
+def test_mastra_1call_judges_claims_in_one_call_that_sees_source_and_summary():
+    judge = engine()
+    designs.make("mastra-1call", "faithfulness", judge, 1.0, 3).run_batch(SUMMARIES)
+    alignment = judge.by_tag("mastra.alignment")
+    assert len(alignment) == 2  # one call per summary: claims and verdicts together
+    for request, run in zip(alignment, SUMMARIES, strict=True):
+        prompt = request.messages[-1]["content"]
+        assert f"<source>\n{SOURCE}\n</source>" in prompt
+        assert f"<summary>\n{run['output']}\n</summary>" in prompt
+    # Coverage: one call per summary listing every question, and it never sees the source.
+    coverage = judge.by_tag("mastra.coverage")
+    assert len(coverage) == 2
+    assert all("<source>" not in r.messages[-1]["content"] for r in coverage)
+    assert all("1. Is it true that Cats purr?\n2. " in r.messages[-1]["content"] for r in coverage)
+    # Context recall: one attribution call listing every claim, the reason before the verdict.
+    designs.make("mastra-1call", "attribution", judge, 1.0, 3).run_batch(ATTRIBUTIONS[:1])
+    (attribution,) = judge.by_tag("mastra.attribution")
+    fields = list(attribution.schema.model_fields["verdicts"].annotation.__args__[0].model_fields)
+    assert fields.index("reason") < fields.index("attributed")
+
+
+def test_deepeval_maps_no_to_unsupported_and_counts_the_source_s_yes_questions():
+    def verdicts(request):
+        v = [(True, False), (False, True), (False, False)]  # yes, no, idk
+        return {
+            "verdicts": [
+                {"yes": {"stated": s}, "no": {"contradicted": c}, "reason": "r"} for s, c in v
+            ]
+        }
+
+    def answers(request):
+        prompt = request.messages[-1]["content"]
+        said = [True, True, False] if "<summary>" not in prompt else [True, False, True]
+        return {"answers": [{"yes": y} for y in said]}
+
+    judge = engine(
+        overrides={
+            "deepeval.claims": lambda r: {"claims": ["A.", "B.", "C."]},
+            "deepeval.questions": lambda r: {"questions": ["Q1?", "Q2?", "Q3?"]},
+            "deepeval.verdicts": verdicts,
+            "deepeval.answers": answers,
+        }
+    )
+    (result,) = designs.make("deepeval", "faithfulness", judge, 1.0, 3).run_batch(SUMMARIES[:1])
+    assert [v["verdict"] for v in result.preprocess_step_result["alignment"]] == [
+        "yes",
+        "no",
+        "idk",
+    ]
+    # DeepEval's summarization alignment counts yes only; not-no (idk aligned) is kept beside.
+    assert result.axes["alignment"] == pytest.approx(1 / 3)
+    assert result.axes["alignment_not_no"] == pytest.approx(2 / 3)
+    # Coverage: of the two questions the source answers yes, the summary answers one yes.
+    assert result.axes["coverage"] == pytest.approx(1 / 2)
+    assert result.score == pytest.approx(1 / 3)
+    # The verdict call sees the source's truths, never the source; claims see the summary only.
+    (call,) = judge.by_tag("deepeval.verdicts")
+    assert "<source>" not in call.messages[-1]["content"]
+    assert (
+        "<context>\n1. Cats purr.\n2. Dogs bark at 3 am.\n</context>"
+        in (call.messages[-1]["content"])
+    )
+    (claims,) = judge.by_tag("deepeval.claims")
+    assert "<source>" not in claims.messages[-1]["content"]
+
+
+def test_deepeval_recall_judges_each_sentence_of_the_ground_truth():
+    judge = engine()
+    results = designs.make("deepeval", "attribution", judge, 1.0, 3).run_batch(ATTRIBUTIONS)
+    assert [r.axes["recall"] for r in results] == [1.0, 0.5]
+    assert results[1].preprocess_step_result == {"sentences": ["Cats purr.", "Dogs fly."]}
+    assert len(judge.by_tag("deepeval.recall")) == 2
+
+
+def test_direct_makes_one_call_per_summary_and_axis():
+    judge = engine()
+    runs = [*SUMMARIES, {"input": SOURCE, "output": "Cats purr."}]
+    results = designs.make("direct", "faithfulness", judge, 1.0, 3).run_batch(runs)
+    assert [(r.axes["alignment"], r.axes["coverage"]) for r in results] == [
+        (1.0, 1.0),
+        (0.0, 0.0),
+        (1.0, 1.0),
+    ]
+    assert len(judge.calls) == 1  # every row's two calls in one wave
+    assert (
+        sorted(r.tag for r in judge.requests) == ["direct.alignment"] * 3 + ["direct.coverage"] * 3
+    )
+    for tag in ("direct.alignment", "direct.coverage"):
+        prompts = [r.messages[-1]["content"] for r in judge.by_tag(tag)]
+        assert [p.count("<summary>") for p in prompts] == [1, 1, 1]
+    designs.make("direct", "attribution", judge, 1.0, 3).run_batch(ATTRIBUTIONS)
+    assert len(judge.by_tag("direct.recall")) == 2
+
+
+@pytest.mark.parametrize("design", OURS)
+def test_a_blank_summary_scores_0_without_a_call_and_a_bad_row_fails_alone(design):
+    judge = engine()
+    runs = [{"input": SOURCE, "output": "  "}, {"input": SOURCE, "output": 3}, SUMMARIES[0]]
+    blank, bad, good = designs.make(design, "faithfulness", judge, 1.0, 3).run_batch(runs)
+    assert blank.score == 0.0 and blank.error is None
+    assert bad.score is None and "summary: must be a string" in bad.error
+    assert good.score == 1.0
+    (missing,) = designs.make(design, "attribution", judge, 1.0, 3).run_batch(
+        [{"input": "q", "ground_truth": "", "context": ["c"]}]
+    )
+    assert missing.score == 0.0 and missing.axes == {"recall": 0.0, "recall_soft": 0.0}
+
+
+# -- the scripts -------------------------------------------------------------------------------
+
+
+def frank(tmp_path: Path) -> Path:
+    data = tmp_path / "frank.jsonl"
+    rows = []
+    for article in range(3):
+        source = f"Town {article} opened a bridge. It cost {article + 2} million."
+        for k, (summary, label) in enumerate(
+            [(f"Town {article} opened a bridge.", 1), (f"Town {article} closed a road.", 0)]
+        ):
+            rows.append(
+                {
+                    "id": f"a{article}-{k}",
+                    "source": source,
+                    "summary": summary,
+                    "label_faithful": label,
+                    "human_score": float(label),
+                }
+            )
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    return data
+
+
+def test_agreement_records_the_design_and_compares_two_designs_on_the_same_rows(tmp_path, capsys):
+    data = frank(tmp_path)
+    runs = {}
+    for design in ("evalgpu", "deepeval"):
+        runs[design] = tmp_path / f"{design}.json"
+        argv = [str(data), "--backend", "designs.scripted:engine", "--design", design]
+        assert agreement.main([*argv, "--json", str(runs[design])]) == 0
+    got = json.loads(runs["deepeval"].read_text())
+    assert got["design"] == "deepeval" and got["invalid"] == 0
+    assert got["pair_win(alignment)"]["value"] == 1.0
+    assert "| frank.jsonl, design deepeval (faithfulness, 6 rows" in capsys.readouterr().out
+    assert agreement.main(["--compare", str(runs["deepeval"]), str(runs["evalgpu"])]) == 0
+    out = capsys.readouterr().out
+    assert "(design deepeval)" in out and "(design evalgpu)" in out
+    assert "| alignment_soft |" in out
+    # Merging slices needs one design; --design belongs to scoring, not to reading runs.
+    with pytest.raises(ValueError, match="differ in design"):
+        agreement.merge([json.loads(path.read_text()) for path in runs.values()])
+    with pytest.raises(SystemExit):
+        agreement.main(["--compare", *map(str, runs.values()), "--design", "direct"])
+    # A run recorded before --design existed is the package's design.
+    old = {k: v for k, v in json.loads(runs["evalgpu"].read_text()).items() if k != "design"}
+    assert agreement.recorded(old, "design") == "evalgpu"
+
+
+def test_bench_times_several_designs_side_by_side(tmp_path, capsys):
+    data = frank(tmp_path)
+    out = tmp_path / "bench.json"
+    argv = ["--data", str(data), "--rows", "6", "--backend", "designs.scripted:engine"]
+    assert bench.main([*argv, "--design", "direct", "deepeval", "--json", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("speedup batched/sequential, direct: ")
+    assert lines[-1].startswith("speedup batched/sequential, deepeval: ")
+    result = json.loads(out.read_text())
+    batched = {m["design"]: m for m in result["modes"] if m["mode"].startswith("(a)")}
+    assert set(batched) == {"direct", "deepeval"}
+    assert batched["direct"]["requests_per_row"] == 2.0  # alignment and coverage
+    assert batched["direct"]["generate_calls"] == 1
+    assert all("cached_share" in m for m in result["modes"])
+    assert set(result["ratios_by_design"]) == {"direct", "deepeval"}
