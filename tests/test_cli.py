@@ -768,7 +768,7 @@ def test_repeated_ids_are_counted_named_once_and_still_scored(
 def test_only_the_first_repeated_ids_are_named(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from evalgpu.sweep import IDS_NAMED
+    from evalgpu.rows import IDS_NAMED
 
     rows = summary_rows(IDS_NAMED + 5)
     data = write_jsonl(tmp_path / "d.jsonl", rows + rows)

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalgpu.chunks import Chunk, ReadNotes, read_chunks
-from evalgpu.driver import Driver, make_record
-from evalgpu.results import ScoreResult
+from evalgpu.driver import Driver
 from evalgpu.runner import WaveStats
 from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.storage import Ledger, Record
@@ -115,24 +114,12 @@ class Replica:
             return self.driver.score_chunk(chunk.rows, done)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            records = []
-            for row in chunk.rows:
-                ident, _ = self.driver.reader.id(row)
-                label = self.driver.label(row, ident)
-                for sid in self.ids:
-                    if done(row.file, row.number, sid):
-                        continue
-                    base = {
-                        "row": row.number,
-                        "id": ident,
-                        "file": self.driver.files[row.file],
-                        "scorer": sid,
-                    }
-                    result = ScoreResult(
-                        scorer=sid, error=f"{label}: {message}", error_kind="engine"
-                    )
-                    records.append(make_record(base, result))
-            return records
+            return [
+                self.driver.failed(row, self.driver.reader.id(row)[0], sid, message, "engine")
+                for row in chunk.rows
+                for sid in self.ids
+                if not done(row.file, row.number, sid)
+            ]
 
 
 def _read(

@@ -14,7 +14,6 @@ and `finish`.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,10 +31,7 @@ from evalgpu.scorers._scorer import Scorer
 from evalgpu.settings import RunSettings
 from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, config_scale
 
-__all__ = ["IDS_NAMED", "ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
-
-IDS_NAMED = 20
-"""Repeated ids named through `on_notice`; the rest are counted in summary.json only."""
+__all__ = ["ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
 
 
 @dataclass
@@ -156,8 +152,8 @@ class Sweep:
             target: makes a row's output when it has none (see `Driver`).
             on_progress: called after each engine wave and each chunk.
             on_error: called with each failed record's error message, as it happens.
-            on_notice: called with each id that repeats an earlier row's, named once (the
-                first `IDS_NAMED`; all are counted in summary.json).
+            on_notice: called with each id that repeats an earlier row's
+                (`RepeatedIds.note`; all are counted in summary.json).
         """
         if [s.id for s in scorers] != self.ids:
             raise ValueError(f"scorers must be {self.ids}, got {[s.id for s in scorers]}")
@@ -205,16 +201,9 @@ class Sweep:
         """`rows`, each id noted on the way (every row, also those a previous run scored)."""
         tell = on_notice or (lambda _: None)
         for row in rows:
-            ident = reader.id(row)[0]
-            if self.repeats.check(ident, self.files[row.file], row.number):
-                named = len(self.repeats.repeated)
-                if named <= IDS_NAMED:
-                    tell(
-                        f"{driver.label(row, None)}: id {json.dumps(ident, ensure_ascii=False)} "
-                        "repeats an earlier row's id (both are scored)"
-                    )
-                elif named == IDS_NAMED + 1:
-                    tell("further repeated ids are only counted in summary.json")
+            notice = self.repeats.note(reader.id(row)[0], row, self.files)
+            if notice is not None:
+                tell(notice)
             yield row
 
     def done(self, file: int, row: int, scorer: str) -> bool:
