@@ -1,8 +1,8 @@
 """The driver: rows stream in, a chunk at a time; each chunk goes through one `Runner.run` per
 engine; its records come out as soon as the chunk is scored.
 
-The command line (`evalgpu.sweep`) and Python (`evalgpu.evaluation`, `run_evals`) both score
-through a `Driver`. The data flow reads one way:
+Every entry point scores through a `Driver`: `evaluate` (which the command line calls) through
+`evalgpu.sweep.Sweep`, `run_evals`, and the Ray replicas. The data flow reads one way:
 
     file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine
          -> records (`Driver.score_chunk`) -> storage and report (`evalgpu.storage`, `report`)
@@ -163,8 +163,6 @@ class Driver:
         Rows are read as the chunks need them, so memory depends on `chunk_size`, not on the
         number of rows. A row whose every scorer is `done` is not scored (`on_skip` is told).
         """
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
         chunk: list[Row] = []
         for row in rows:
             if done is not None and all(done(row.file, row.number, s.id) for s in self.scorers):
