@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from evalgpu.chunks import Chunk, ReadNotes, read_chunks
 from evalgpu.driver import Driver
@@ -62,16 +62,11 @@ class Scored:
 
 
 class Planned:
-    """The judge that the replicas will load, named without loading it (the folder's config).
+    """The judge the replicas will load, named as `folder_config` names it, without loading it.
 
-    `name` is the backend that a replica resolves "auto" to (`load_engine`'s rule on a
-    replica: vLLM where it holds a GPU and vLLM is installed, unless a transformers-only
-    option is given; else transformers); `model_path` the model. Your own engine
-    (`module:factory`) is named by its factory, and by no model: only a replica can load it.
-
-    Args:
-        settings: the run.
-        gpus_per_replica: GPUs each replica holds (`layout`).
+    `name`: the backend a replica resolves "auto" to (vLLM where it holds a GPU and vLLM is
+    installed, unless a transformers-only option is given; else transformers); your own
+    engine is named by its `module:factory`. `model_path`: the model, for `judge_model`.
     """
 
     def __init__(self, settings: RunSettings, gpus_per_replica: int) -> None:
@@ -103,21 +98,15 @@ class Replica:
     Args:
         settings: the run.
         files: file names as records carry them (the folder's: a resume keeps the first run's).
-        judge: the (backend, model) of the folder's configuration, which the engine loaded
-            here must be (checked for the built-in backends).
-
-    Raises:
-        RuntimeError: this replica loaded another judge than the folder's (a node without
-            vLLM, say, where "auto" resolves to transformers).
+        judge: the folder's (backend, model): a replica that loads another built-in judge (a
+            node without vLLM, where "auto" resolves to transformers) raises RuntimeError.
     """
 
-    def __init__(
-        self, settings: RunSettings, files: list[str], judge: tuple[Any, Any] | None = None
-    ) -> None:
+    def __init__(self, settings: RunSettings, files: list[str], judge: tuple[Any, Any]) -> None:
         engine = settings.load_engine()
         self.name = str(engine.name)
         loaded = (self.name, judge_model(engine))
-        if judge is not None and judge[0] in ("vllm", "transformers") and loaded != judge:
+        if judge[0] in ("vllm", "transformers") and loaded != judge:
             raise RuntimeError(
                 f"this replica loaded the judge {loaded}, not the folder's {tuple(judge)}"
             )
@@ -241,7 +230,7 @@ def run_ray(
             that repeats an earlier row's (named once), as a local run does.
 
     Returns:
-        The run's `Sweep`, closed: its `progress`, `file_errors` and `bad_lines`.
+        The run's `Sweep` (closed): `progress`, `file_errors`, `bad_lines`.
 
     Raises:
         ImportError: Ray is not installed (`pip install "evalgpu[ray]"`).
@@ -275,7 +264,8 @@ def run_ray(
             **options,
         )
     try:
-        replicas, gpus_per_replica = layout(settings, _gpus(ray), replicas, gpus_per_replica)
+        gpus = int(cast(Any, ray).cluster_resources().get("GPU", 0))
+        replicas, gpus_per_replica = layout(settings, gpus, replicas, gpus_per_replica)
         scorers = settings.build_scorers(Planned(settings, gpus_per_replica))
         with Sweep(
             settings.out,
@@ -284,59 +274,24 @@ def run_ray(
             paths=settings.data,
             limit=settings.limit,
         ) as sweep:
-            _drive(
-                sweep,
-                settings,
-                ray,
-                replicas,
-                gpus_per_replica,
-                on_progress or (lambda _: None),
-                on_error,
-                on_notice or (lambda _: None),
-            )
+            dataset = _pipeline(ray, sweep, settings, replicas, gpus_per_replica)
+            _drive(sweep, settings, dataset, on_progress, on_error, on_notice or (lambda _: None))
         return sweep
     finally:
         if started:
             ray.shutdown()
 
 
-def _gpus(ray: Any) -> int:
-    """The cluster's GPUs."""
-    return int(ray.cluster_resources().get("GPU", 0))
-
-
 def _drive(
     sweep: Sweep,
     settings: RunSettings,
-    ray: Any,
-    replicas: int,
-    gpus_per_replica: int,
-    report: Callable[[Progress], None],
+    dataset: Any,
+    on_progress: Callable[[Progress], None] | None,
     on_error: Callable[[str], None] | None,
     notice: Callable[[str], None],
 ) -> None:
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
-    # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
-    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
-    # A dataset keeps a copy of the context it was built under: set ours, build, put it back.
-    context = ray.data.DataContext.get_current()
-    ours = {
-        "enable_progress_bars": False,  # the driver reports progress its own way
-        "print_on_execution_start": False,
-        # Every chunk its own block: Ray would otherwise merge the read's small outputs into
-        # one block (up to 128 MiB): no chunk would reach a replica before the file is read.
-        "target_max_block_size": 1,
-    }
-    saved = {key: getattr(context, key) for key in ours}
-    try:
-        for key, value in ours.items():
-            setattr(context, key, value)
-        dataset = _pipeline(ray, sweep, settings, replicas, gpus_per_replica)
-    finally:
-        for key, value in saved.items():
-            setattr(context, key, value)
-
+    """Append each chunk's records as it comes back, then write `summary.json`."""
+    report = on_progress or (lambda _: None)
     progress = sweep.progress
     names: list[str] = []
     for item in dataset.iter_rows():
@@ -365,37 +320,57 @@ def _pipeline(
     ray: Any, sweep: Sweep, settings: RunSettings, replicas: int, gpus_per_replica: int
 ) -> Any:
     """read -> chunks -> map_batches(Replica, ActorPoolStrategy(size=replicas))."""
-    env = _forwarded_env()
-    runtime_env = {"env_vars": env} if env else None
-    return (
-        ray.data.from_items([{"start": 0}])
-        .map_batches(
-            _read,
-            batch_size=1,
-            fn_kwargs={
-                "settings": settings,
-                "files": sweep.files,
-                "ledger": sweep.aggregator.ledger,
-            },
-            # The files were hashed on this node; the read runs where they are.
-            label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
-            num_cpus=0,
-            runtime_env=runtime_env,
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+    # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
+    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
+    # A dataset keeps a copy of the context it was built under: set ours, build, put it back.
+    context = ray.data.DataContext.get_current()
+    ours = {
+        "enable_progress_bars": False,  # the driver reports progress its own way
+        "print_on_execution_start": False,
+        # Every chunk its own block: Ray would otherwise merge the read's small outputs into
+        # one block (up to 128 MiB): no chunk would reach a replica before the file is read.
+        "target_max_block_size": 1,
+    }
+    saved = {key: getattr(context, key) for key in ours}
+    try:
+        for key, value in ours.items():
+            setattr(context, key, value)
+        env = _forwarded_env()
+        runtime_env = {"env_vars": env} if env else None
+        return (
+            ray.data.from_items([{"start": 0}])
+            .map_batches(
+                _read,
+                batch_size=1,
+                fn_kwargs={
+                    "settings": settings,
+                    "files": sweep.files,
+                    "ledger": sweep.aggregator.ledger,
+                },
+                # The files were hashed on this node; the read runs where they are.
+                label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
+                num_cpus=0,
+                runtime_env=runtime_env,
+            )
+            .map_batches(
+                Replica,
+                batch_size=1,
+                fn_constructor_kwargs={
+                    "settings": settings,
+                    "files": sweep.files,
+                    "judge": (sweep.config["backend"], sweep.config["model"]),
+                },
+                compute=ray.data.ActorPoolStrategy(size=replicas),
+                num_cpus=1,
+                num_gpus=gpus_per_replica,
+                runtime_env=runtime_env,
+            )
         )
-        .map_batches(
-            Replica,
-            batch_size=1,
-            fn_constructor_kwargs={
-                "settings": settings,
-                "files": sweep.files,
-                "judge": (sweep.config["backend"], sweep.config["model"]),
-            },
-            compute=ray.data.ActorPoolStrategy(size=replicas),
-            num_cpus=1,
-            num_gpus=gpus_per_replica,
-            runtime_env=runtime_env,
-        )
-    )
+    finally:
+        for key, value in saved.items():
+            setattr(context, key, value)
 
 
 def _done(sweep: Sweep, record: Record) -> bool:
