@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evalgpu import cli
-from evalgpu.settings import RunSettings
-from evalgpu.sweep import open_sweep
+from evalgpu import cli, create_summarization_scorer, evaluate
+from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.sweep import Sweep
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -722,10 +722,9 @@ def test_text_that_cannot_be_written_as_utf8_is_replaced_in_records(tmp_path: Pa
             raise RuntimeError("the device said \udc80")
 
     data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
-    settings = RunSettings(data=(data,), scorers=("summarization",), out=tmp_path / "out")
     errors: list[str] = []
-    with open_sweep(settings) as sweep:
-        sweep.run(Garbled(), on_error=errors.append)
+    scorers = [create_summarization_scorer(Garbled())]
+    evaluate(data, scorers, out=tmp_path / "out", on_error=errors.append).run()
     (record,) = records(tmp_path / "out")  # reads the file as strict UTF-8
     assert record["error"].endswith("RuntimeError: the device said \ufffd")
     assert record["errorKind"] == "engine"
@@ -768,7 +767,7 @@ def test_repeated_ids_are_counted_named_once_and_still_scored(
 def test_only_the_first_repeated_ids_are_named(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from evalgpu.sweep import IDS_NAMED
+    from evalgpu.rows import IDS_NAMED
 
     rows = summary_rows(IDS_NAMED + 5)
     data = write_jsonl(tmp_path / "d.jsonl", rows + rows)
@@ -918,10 +917,10 @@ def test_a_config_change_is_refused(capsys: pytest.CaptureFixture[str], tmp_path
     assert run_cli(capsys, *base)[0] == 0
     code, _, err = run_cli(capsys, *base, "--scale", "2")
     assert code == 2
-    assert f"--out {out} holds results of another configuration (options: " in err
-    assert "use a new --out folder, or delete" in err
+    assert f"output folder {out} holds results of another configuration (options: " in err
+    assert "use a new output folder, or delete" in err
     code, _, err = run_cli(capsys, *base, "--scorer", "context-recall")
-    assert code == 2 and "scorers: " in err
+    assert code == 2 and "scorer_ids: " in err
     write_jsonl(data, summary_rows(3))
     code, _, err = run_cli(capsys, *base)
     assert code == 2 and "data file 1 (" in err and "has other content" in err
@@ -931,12 +930,35 @@ def test_a_config_change_is_refused(capsys: pytest.CaptureFixture[str], tmp_path
     assert len(records(out)) == 2
 
 
+def test_a_folder_of_the_earlier_configuration_shape_is_resumed_or_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data, out = write_jsonl(tmp_path / "d.jsonl", summary_rows(3)), tmp_path / "out"
+    base = [a.format(data=data, out=out) for a in [*RUN, *SCRIPTED]]
+    assert run_cli(capsys, *base, "--limit", "2")[0] == 0
+    now = json.loads((out / "config.json").read_text())
+    # As version 1 wrote it: the judge as asked for ("auto", no model), shared options.
+    earlier = {
+        **now,
+        "version": 1,
+        "scorers": ["summarization"],
+        "backend": "auto",
+        "options": {"max_questions": 10, "scale": 1.0},
+        "hash": "0123456789abcdef",
+    }
+    (out / "config.json").write_text(json.dumps(earlier))
+    code, _, err = run_cli(capsys, *base, "--max-questions", "3")
+    assert code == 2 and "(options: summarization-scorer max_questions: 10 -> 3)" in err
+    code, _, err = run_cli(capsys, *base)
+    assert code == 0 and "1 row in" in err and "(2 already done)" in err
+    assert json.loads((out / "config.json").read_text())["hash"] == now["hash"]
+    assert len(successes(out)) == 3
+
+
 def test_a_folder_in_use_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
     out = tmp_path / "out"
-    with open_sweep(
-        RunSettings(data=(data,), scorers=("summarization",), out=out, backend="scripted")
-    ):
+    with Sweep(out, [create_summarization_scorer(ScriptedEngine())], paths=[data]):
         code, _, err = run_cli(
             capsys, "run", data, "--scorer", "summarization", "--out", out, *SCRIPTED
         )

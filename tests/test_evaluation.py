@@ -137,57 +137,74 @@ def test_target_makes_outputs_once_per_row(engine: ScriptedEngine) -> None:
     assert asked == [COMPANY] and got[0]["score"] == 1.0
 
 
-def test_resume_from_python_then_the_command_line_continues(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def cli_run(data: Path, out: Path, *flags: str) -> tuple[int, str]:
+    """`python -m evalgpu run DATA --scorer summarization --out OUT FLAGS`: (status, stderr)."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["run", str(data), "--scorer", "summarization", "--out", str(out), *flags])
+    return code, err.getvalue()
+
+
+def successes(out: Path) -> list[int]:
+    """The rows of the folder's successful records, each (row, scorer) at most once."""
+    lines = (out / "results.jsonl").read_text().splitlines()
+    done = [(r["row"], r["scorer"]) for r in map(json.loads, lines) if r["error"] is None]
+    assert len(done) == len(set(done)), "a row was scored twice"
+    return sorted(row for row, _ in done)
+
+
+@pytest.mark.parametrize("verdicts", ["hard", "soft"])
+def test_a_folder_python_started_is_continued_by_the_command_line(
+    tmp_path: Path, verdicts: str
 ) -> None:
+    # Issue 20: the command line refused a folder that `evaluate` started (and the other way).
+    from evalgpu import load_engine
+
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows(6)))
     out = tmp_path / "out"
-    scorer = create_summarization_scorer(ScriptedEngine())
+    engine = load_engine("smollm2-135m-instruct", backend="scripted")
+    scorer = create_summarization_scorer(engine, max_questions=2, verdicts=verdicts)
     with evaluate(data, [scorer], out=out, chunk_size=2) as run:
         for i, _ in enumerate(run):
             if i == 2:
                 break  # stopped mid-run: two chunks are on disk
-    lines = (out / "results.jsonl").read_text().splitlines()
-    assert [json.loads(x)["row"] for x in lines] == [1, 2, 3, 4]
+    assert successes(out) == [1, 2, 3, 4]
     # Python again: only what is missing is scored, and yielded.
-    again = list(evaluate(data, [scorer], out=out, chunk_size=10))
-    assert [r["row"] for r in again] == [5, 6]
-    # The command line takes the same folder as its own: nothing left to score.
-    code = cli.main(
-        ["run", str(data), "--scorer", "summarization", "--out", str(out), "--backend", "scripted"]
-    )
-    err = capsys.readouterr().err
+    assert [r["row"] for r in evaluate(data, [scorer], out=out, limit=5)] == [5]
+    # The command line takes the same folder as its own and scores only the last row.
+    flags = ["--model", "smollm2-135m-instruct", "--max-questions", "2", "--backend", "scripted"]
+    code, err = cli_run(data, out, *flags, "--verdicts", verdicts)
     assert code == 0, err
-    assert "0 rows in" in err and "(6 already done)" in err
+    assert "1 row in" in err and "(5 already done)" in err
+    assert successes(out) == [1, 2, 3, 4, 5, 6]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scorers"]["summarization-scorer"]["scored"] == 6
 
 
-@pytest.mark.parametrize("verdicts", ["hard", "soft"])
-def test_python_and_the_command_line_write_one_configuration(tmp_path: Path, verdicts: str) -> None:
-    from evalgpu.data import inspect_file
-    from evalgpu.settings import RunSettings
+def test_a_folder_the_command_line_started_is_continued_by_python(tmp_path: Path) -> None:
+    from evalgpu import load_engine
 
     data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows(1)))
-    engine = ScriptedEngine()
-    scorers = [
-        create_summarization_scorer(engine, max_questions=4, scale=2.0, verdicts=verdicts),
-    ]
-    evaluate(data, scorers, out=tmp_path / "out", map={"summary": "summary"}).run()
-    written = json.loads((tmp_path / "out" / "config.json").read_text())
-    settings = RunSettings(
-        data=(data,),
-        scorers=("summarization",),
-        out=tmp_path / "out",
-        backend="scripted",
-        max_questions=4,
-        scale=2.0,
-        verdicts=verdicts,
-        mapping={"summary": "summary"},
-    )
-    assert written["hash"] == settings.config([inspect_file(data)])["hash"]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows(5)))
+    out = tmp_path / "out"
+    flags = ["--max-questions", "2", "--backend", "scripted", "--map", "summary=summary"]
+    code, err = cli_run(data, out, *flags, "--limit", "3")
+    assert code == 0, err
+    scorer = create_summarization_scorer(load_engine(backend="scripted"), max_questions=2)
+    run = evaluate(data, [scorer], out=out, map={"summary": "summary"})
+    assert [r["row"] for r in run] == [4, 5]  # nothing scored twice
+    assert successes(out) == [1, 2, 3, 4, 5]
+    # And the command line again: nothing left.
+    code, err = cli_run(data, out, *flags)
+    assert code == 0 and "0 rows in" in err and "(5 already done)" in err
+    # Another judge is another configuration, and the message says what differs.
+    other = create_summarization_scorer(load_engine(backend="scripted"), max_questions=3)
+    with pytest.raises(ValueError, match=r"options: summarization-scorer max_questions: 2 -> 3\)"):
+        evaluate(data, [other], out=out, map={"summary": "summary"}).run()
 
 
 def test_an_out_folder_of_another_configuration_is_refused(tmp_path: Path) -> None:
@@ -196,7 +213,7 @@ def test_an_out_folder_of_another_configuration_is_refused(tmp_path: Path) -> No
     evaluate(data, [create_summarization_scorer(ScriptedEngine())], out=tmp_path / "o").run()
     other = create_summarization_scorer(ScriptedEngine(), max_questions=3)
     with pytest.raises(
-        ValueError, match=r"out .* holds results of another configuration \(options: "
+        ValueError, match=r"output folder .* holds results of another configuration \(options: "
     ):
         evaluate(data, [other], out=tmp_path / "o").run()
 
@@ -213,7 +230,7 @@ def test_scorers_with_different_scales_share_a_folder_and_its_report(tmp_path: P
     got = list(evaluate(data, scorers, out=tmp_path / "out"))
     assert [r["score"] for r in got] == [10.0, 1.0]
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["options"]["scale"] == {
+    assert {sid: o["scale"] for sid, o in config["options"].items()} == {
         "summarization-scorer": 10.0,
         "context-recall-scorer": 1.0,
     }
@@ -327,24 +344,26 @@ def test_run_evals_streams_items_in_chunks_with_their_own_context(engine):
 
 
 @pytest.mark.slow
-def test_a_folder_from_python_on_a_real_engine_has_the_command_lines_configuration(
+def test_a_folder_round_trips_between_python_and_the_command_line_on_the_tiny_model(
     tmp_path: Path,
 ) -> None:
+    # Issue 20 as it was met: `load_engine(name)` from Python, `--model name` (backend "auto")
+    # on the command line: one judge, one configuration.
     from evalgpu import load_engine
-    from evalgpu.data import inspect_file
     from evalgpu.models import SMALL_MODEL
-    from evalgpu.settings import RunSettings
 
     data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"id": "no-summary", "source": COMPANY}) + "\n")  # no judge call
-    engine = load_engine(SMALL_MODEL, backend="transformers")  # plumbing: the small preset
-    evaluate(data, [create_summarization_scorer(engine)], out=tmp_path / "out").run()
-    written = json.loads((tmp_path / "out" / "config.json").read_text())
-    settings = RunSettings(
-        data=(data,),
-        scorers=("summarization",),
-        out=tmp_path / "out",
-        model=SMALL_MODEL,
-        backend="transformers",
-    )
-    assert written["hash"] == settings.config([inspect_file(data)])["hash"]
+    # Blank summaries score 0 without a judge call: the model loads, and names the folder's
+    # judge, without minutes of CPU decoding.
+    blank = [{"id": f"b{i}", "source": COMPANY, "summary": " "} for i in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in blank))
+    out = tmp_path / "out"
+    engine = load_engine(SMALL_MODEL)
+    scorer = create_summarization_scorer(engine, max_questions=2)
+    assert [r["row"] for r in evaluate(data, [scorer], out=out, limit=2)] == [1, 2]
+    code, err = cli_run(data, out, "--model", SMALL_MODEL, "--max-questions", "2", "--limit", "3")
+    assert code == 0, err
+    assert "1 row in" in err and "(2 already done)" in err
+    assert [r["row"] for r in evaluate(data, [scorer], out=out)] == [4]
+    config = json.loads((out / "config.json").read_text())
+    assert (config["backend"], config["model"]) == (engine.name, SMALL_MODEL)

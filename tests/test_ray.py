@@ -23,14 +23,14 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from evalgpu import cli  # noqa: E402
+from evalgpu import cli, evaluate  # noqa: E402
 from evalgpu.chunks import read_chunks  # noqa: E402
 from evalgpu.data import RowError  # noqa: E402
-from evalgpu.distributed import layout, run_ray  # noqa: E402
+from evalgpu.distributed import Planned, Replica, layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
 from evalgpu.storage import SCORED, Ledger  # noqa: E402
-from evalgpu.sweep import open_sweep  # noqa: E402
+from evalgpu.sweep import judge_model  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -120,6 +120,12 @@ def settings(data: list[Path], out: Path, **kw: Any) -> RunSettings:
     return RunSettings(data=tuple(data), out=out, **kw)
 
 
+def totals(out: Path) -> tuple[int, int]:
+    """(scored, failed) that the folder's summary.json counts, over its scorers."""
+    summary = json.loads((out / "summary.json").read_text())["scorers"].values()
+    return sum(s["scored"] for s in summary), sum(s["failed"] for s in summary)
+
+
 def test_chunks_keep_a_sources_rows_together(tmp_path: Path) -> None:
     data = write_data(tmp_path)
     s = settings(data[:1], tmp_path / "out", scorers=("summarization",), chunk_size=2)
@@ -137,24 +143,22 @@ def test_records_equal_the_local_runs(cluster: str, tmp_path: Path) -> None:
     data = write_data(tmp_path)
     local = settings(data, tmp_path / "local", chunk_size=2)
     told: list[str] = []
-    with open_sweep(local) as sweep:
-        sweep.run(load_engine(None, backend="scripted"), on_notice=told.append)
+    scorers = local.build_scorers(load_engine(None, backend="scripted"))
+    evaluate(data, scorers, out=local.out, chunk_size=2, on_notice=told.append).run()
     remote = settings(data, tmp_path / "ray", chunk_size=2)
     seen: list[tuple[int, int | None]] = []
     notices: list[str] = []
-    with open_sweep(remote) as sweep:
-        outcome = run_ray(
-            sweep,
-            replicas=2,
-            on_progress=lambda p: seen.append((p.rows_done, p.rows_total)),
-            on_notice=notices.append,
-        )
+    run_ray(
+        remote,
+        replicas=2,
+        on_progress=lambda p: seen.append((p.rows_done, p.rows_total)),
+        on_notice=notices.append,
+    )
     assert sorted(notices) == sorted(told) and any("repeats an earlier row" in n for n in told)
-    assert outcome.repeated_ids == 1
     mine, theirs = records(tmp_path / "ray"), records(tmp_path / "local")
     assert by_key(mine) == by_key(theirs)
     assert any(r["error"] and "line is not valid JSON" in r["error"] for r in mine)
-    assert outcome.total_scored == sum(r["error"] is None for r in theirs)
+    assert totals(tmp_path / "ray")[0] == sum(r["error"] is None for r in theirs)
     assert seen[-1][0] == 21  # 14 JSONL rows (one unreadable), 3 CSV rows, 4 Parquet rows
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     expected = json.loads((tmp_path / "local" / "summary.json").read_text())
@@ -167,12 +171,12 @@ def test_records_equal_the_local_runs(cluster: str, tmp_path: Path) -> None:
         }
         assert len(ours["lowest"]) == len(entry["lowest"])
     assert summary["engine"] == expected["engine"]
+    assert summary["config_hash"] == expected["config_hash"]  # one configuration
     assert summary["duplicate_ids"] == expected["duplicate_ids"]
     assert summary["duplicate_ids"]["count"] == 1
 
     # A rerun retries only the failures (the unreadable line, the row without a summary).
-    with open_sweep(remote) as sweep:
-        again = run_ray(sweep, replicas=2)
+    again = run_ray(remote, replicas=2)
     assert again.progress.rows_run == 2 and again.progress.resumed == 19
     added = records(tmp_path / "ray")[len(mine) :]
     assert sorted((r["row"], r["scorer"]) for r in added) == sorted(
@@ -195,14 +199,13 @@ def test_a_chunk_that_raises_becomes_error_records(cluster: str, tmp_path: Path)
         backend="cli_engines:broken",
         chunk_size=2,
     )
-    with open_sweep(s) as sweep:
-        outcome = run_ray(sweep, replicas=2)
+    run_ray(s, replicas=2)
     found = by_key(records(tmp_path / "out"))
     failed = {key[1]: r["error"] for key, r in found.items() if r["error"]}
     assert sorted(failed) == [3, 4]
     assert failed[3].startswith('row 3 (id "1-0"): RuntimeError: engine ')
     assert "returned 0 replies" in failed[3]
-    assert outcome.total_scored == 4 and outcome.total_failed == 2
+    assert totals(tmp_path / "out") == (4, 2)
 
 
 def test_an_actor_that_dies_is_restarted_and_its_chunk_retried(
@@ -228,12 +231,11 @@ def test_an_actor_that_dies_is_restarted_and_its_chunk_retried(
         backend="cli_engines:crashing",
         chunk_size=1,
     )
-    with open_sweep(s) as sweep:
-        outcome = run_ray(sweep, replicas=2)
+    run_ray(s, replicas=2)
     assert not marker.exists()  # a replica died on it
     found = by_key(records(tmp_path / "out"))
     assert sorted(k[1] for k in found) == [1, 2, 3, 4, 5, 6]
-    assert outcome.total_scored == 6 and outcome.total_failed == 0
+    assert totals(tmp_path / "out") == (6, 0)
 
 
 def test_kill_9_of_the_driver_then_a_rerun_scores_every_row_once(
@@ -299,6 +301,26 @@ def test_replicas_default_to_one_per_gpu(tmp_path: Path) -> None:
     assert layout(settings(data, tmp_path / "o"), 8) == (1, 0)  # the scripted judge
 
 
+def test_the_folder_names_the_judge_the_replicas_load(tmp_path: Path) -> None:
+    data = write_data(tmp_path)[:1]
+
+    def planned(gpus: int, **kw: Any) -> tuple[str, str | None]:
+        judge = Planned(settings(data, tmp_path / "o", **kw), gpus)
+        return judge.name, judge_model(judge)
+
+    small = "smollm2-135m-instruct"
+    # No vLLM here: "auto" is what a replica resolves it to, transformers, with or without GPUs.
+    assert planned(0, backend="auto", model=small) == ("transformers", small)
+    assert planned(1, backend="auto", model=small) == ("transformers", small)
+    assert planned(1, backend="auto", compute="int8")[0] == "transformers"
+    assert planned(0) == ("scripted", None)  # the scripted judge loads no model
+    # A replica that loaded the judge the folder names goes on; one that did not, stops.
+    s = settings(data, tmp_path / "o")
+    Replica(s, [str(data[0])], ("scripted", None))
+    with pytest.raises(RuntimeError, match=r"loaded the judge \('scripted', None\), not the"):
+        Replica(s, [str(data[0])], ("transformers", "qwen3-8b"))
+
+
 def test_cli_flags(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -359,14 +381,13 @@ def test_the_tiny_model_on_real_rows(cluster: str, tmp_path: Path) -> None:
         backend="transformers",
         max_questions=2,
     )
-    with open_sweep(s) as sweep:
-        outcome = run_ray(sweep, replicas=2)
+    run_ray(s, replicas=2)
     found = records(tmp_path / "out")
     assert sorted(r["row"] for r in found) == [1, 2]
     for r in found:
         assert r["error"] is not None or 0.0 <= r["score"] <= 1.0
         assert r["usage"]["calls"] >= 1 or r["error"]
-    summary = json.loads(outcome.summary_path.read_text())
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["engine"].startswith("transformers")
 
 

@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
+from evalgpu.models import DEFAULT_MODEL
+from evalgpu.results import RESULT_VERSION
 from evalgpu.storage import (
+    CONFIG_VERSION,
     SCORED,
     ConfigError,
     Ledger,
@@ -19,13 +22,14 @@ from evalgpu.storage import (
 )
 
 
-def config(**options: Any) -> dict[str, Any]:
+def config(model: str | None = None, backend: str = "scripted", **options: Any) -> dict[str, Any]:
     made: dict[str, Any] = {
-        "scorers": ["summarization"],
+        "version": CONFIG_VERSION,
+        "result_version": RESULT_VERSION,
         "scorer_ids": ["summarization-scorer"],
-        "model": None,
-        "backend": "scripted",
-        "options": {"max_questions": 10, "scale": 1.0, **options},
+        "model": model,
+        "backend": backend,
+        "options": {"summarization-scorer": {"max_questions": 10, "scale": 1.0, **options}},
         "map": {},
         "data": [{"path": "d.jsonl", "sha256": "ab", "size": 3}],
     }
@@ -72,6 +76,57 @@ def test_a_folder_is_locked_configured_resumed_and_appended(tmp_path: Path) -> N
     assert (out / "results.jsonl").read_text().endswith("}\n")  # the torn line was cut
     with pytest.raises(ConfigError, match=r"holds results of another configuration \(options: "):
         OutputFolder(out, config(scale=2.0))
+
+
+def version_1(**changes: Any) -> dict[str, Any]:
+    """A config.json as version 1 of the command line wrote it (the judge as asked for)."""
+    old: dict[str, Any] = {
+        "version": 1,
+        "result_version": RESULT_VERSION,
+        "scorers": ["summarization"],
+        "scorer_ids": ["summarization-scorer"],
+        "model": None,
+        "backend": "auto",
+        "options": {"max_questions": 10, "scale": 1.0},
+        "map": {},
+        "data": [{"path": "old/d.jsonl", "sha256": "ab", "size": 3}],
+        "hash": "0123456789abcdef",
+        **changes,
+    }
+    return old
+
+
+def test_a_version_1_folder_that_means_the_same_is_resumed_in_this_shape(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(version_1()))
+    # "auto" and the default model, as this machine resolves them.
+    new = config(model=DEFAULT_MODEL, backend="transformers")
+    with OutputFolder(out, new) as folder:
+        assert folder.config["hash"] == new["hash"]
+        assert folder.config["data"][0]["path"] == "old/d.jsonl"  # its records name it so
+    written = json.loads((out / "config.json").read_text())
+    assert written["version"] == CONFIG_VERSION and written["hash"] == new["hash"]
+    assert written["options"] == {"summarization-scorer": {"max_questions": 10, "scale": 1.0}}
+    with OutputFolder(out, new):  # and from now on, plainly the same configuration
+        pass
+
+
+def test_a_version_1_folder_that_means_another_run_is_refused_with_what_differs(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(version_1(backend="vllm")))
+    with pytest.raises(ConfigError, match=r'\(backend: "vllm" -> "transformers"\)'):
+        OutputFolder(out, config(model=DEFAULT_MODEL, backend="transformers"))
+    soft = version_1(options={"max_questions": 10, "scale": 1.0, "verdicts": "soft"})
+    (out / "config.json").write_text(json.dumps(soft))
+    with pytest.raises(
+        ConfigError, match=r'options: summarization-scorer verdicts: "soft" -> null'
+    ):
+        OutputFolder(out, config(model=DEFAULT_MODEL, backend="transformers"))
+    assert json.loads((out / "config.json").read_text())["version"] == 1  # left as it was
 
 
 def test_a_file_is_not_a_folder(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from evalgpu.data import RowError
 from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
 from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.storage import Ledger
-from evalgpu.sweep import IDS_NAMED
 
 __all__ = ["Chunk", "ReadNotes", "read_chunks"]
 
@@ -85,18 +84,9 @@ def read_chunks(settings: RunSettings, files: list[str], ledger: Ledger) -> Iter
         notes = chunk.notes
         notes.file_errors.extend(errors)
         errors.clear()
-        ident = reader.id(row)[0]
-        if repeats.check(ident, files[row.file], row.number):
-            named = len(repeats.repeated)
-            if named <= IDS_NAMED:
-                label = f"row {row.number}"
-                label = f"{files[row.file]} {label}" if len(files) > 1 else label
-                notes.notices.append(
-                    f"{label}: id {json.dumps(ident, ensure_ascii=False)} "
-                    "repeats an earlier row's id (both are scored)"
-                )
-            elif named == IDS_NAMED + 1:
-                notes.notices.append("further repeated ids are only counted in summary.json")
+        notice = repeats.note(reader.id(row)[0], row, files)
+        if notice is not None:
+            notes.notices.append(notice)
         done = {(row.file, row.number, i) for i in ids if ledger.done(row.file, row.number, i)}
         if len(done) == len(ids):
             notes.skipped += 1

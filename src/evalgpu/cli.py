@@ -1,4 +1,4 @@
-"""`python -m evalgpu`: parse flags, build the settings, call the run, write lines.
+"""`python -m evalgpu`: parse flags, turn them into an engine and scorers, call `evaluate`.
 
 Commands: `run` (score dataset files into an output folder), `report` (the table and the
 static page of an output folder), `models list|pull`. Exit status: 0 when the command
@@ -13,12 +13,15 @@ import importlib.util
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypedDict
 
 from evalgpu.engines import BACKENDS, COMPUTES
+from evalgpu.evaluation import evaluate
 from evalgpu.settings import SCORERS, RunSettings
-from evalgpu.sweep import ConfigError, Progress, open_sweep
+from evalgpu.storage import ConfigError
+from evalgpu.sweep import Progress
 
 __all__ = ["main"]
 
@@ -264,78 +267,92 @@ def _run(args: argparse.Namespace) -> int:
         return _fail("run", '--ray needs Ray: pip install "evalgpu[ray]"', 2)
     try:
         settings = _settings(args)
-        sweep = open_sweep(settings)
-    except (ValueError, ConfigError) as exc:
+    except ValueError as exc:
         return _fail("run", str(exc), 2)
-    except OSError as exc:
-        return _fail("run", str(exc), 1)
-    with sweep:
-        engine = None
-        if not args.ray:
+    console = _Console(sys.stderr, args.progress)
+    hooks: _Hooks = {
+        "on_progress": console.progress,
+        "on_error": console.error,
+        "on_notice": console.notice,
+    }
+    try:
+        if args.ray:
+            from evalgpu.distributed import run_ray
+
+            run: Any = run_ray(settings, address=args.ray_address, replicas=args.replicas, **hooks)
+        else:
             try:
                 engine = settings.load_engine()
             except Exception as exc:
                 return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
-        console = _Console(sys.stderr, args.progress)
-        try:
-            if engine is None:
-                from evalgpu.distributed import run_ray
+            try:
+                scorers = settings.build_scorers(engine)
+            except ValueError as exc:
+                return _fail("run", str(exc), 2)
+            run = evaluate(
+                settings.data,
+                scorers,
+                map=settings.mapping,
+                out=settings.out,
+                chunk_size=settings.chunk_size,
+                limit=settings.limit,
+                **hooks,
+            ).run()
+    except ConfigError as exc:  # raised when the folder opens, before anything is scored
+        console.finish()
+        return _fail("run", str(exc), 2)
+    except KeyboardInterrupt:
+        console.finish()
+        print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an engine that breaks its contract, a full disk, ...
+        console.finish()
+        return _fail(
+            "run",
+            f"{type(exc).__name__}: {exc} (finished chunks are kept in "
+            f"{settings.out / 'results.jsonl'}; run again to resume)",
+            1,
+        )
+    finally:
+        console.finish()
+    return _finished(settings, run.progress, run.file_errors, run.bad_lines)
 
-                outcome = run_ray(
-                    sweep,
-                    address=args.ray_address,
-                    replicas=args.replicas,
-                    on_progress=console.progress,
-                    on_error=console.error,
-                    on_notice=console.notice,
-                )
-            else:
-                outcome = sweep.run(
-                    engine,
-                    on_progress=console.progress,
-                    on_error=console.error,
-                    on_notice=console.notice,
-                )
-        except KeyboardInterrupt:
-            console.finish()
-            print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)
-            return 130
-        except Exception as exc:  # an engine that breaks its contract, a full disk, ...
-            console.finish()
-            return _fail(
-                "run",
-                f"{type(exc).__name__}: {exc} (finished chunks are kept in "
-                f"{settings.out / 'results.jsonl'}; run again to resume)",
-                1,
-            )
-        finally:
-            console.finish()
+
+class _Hooks(TypedDict):
+    """What a run tells the console as it goes (`evaluate`'s and `run_ray`'s arguments)."""
+
+    on_progress: Callable[[Progress], None]
+    on_error: Callable[[str], None]
+    on_notice: Callable[[str], None]
+
+
+def _finished(settings: RunSettings, p: Progress, file_errors: list[str], bad_lines: int) -> int:
+    """The table on stdout and the run's last line on stderr; the exit status."""
     from evalgpu.report import format_report
 
-    summary = json.loads(outcome.summary_path.read_text(encoding="utf-8"))
+    summary_path = settings.out / "summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
     print(format_report(summary, len(settings.data) > 1))
-    print(f"\nwrote {settings.out / 'results.jsonl'}, {outcome.summary_path}")
-    p = outcome.progress
+    print(f"\nwrote {settings.out / 'results.jsonl'}, {summary_path}")
     line = (
         f"{PROG} run: {_n(p.rows_run, 'row')} in {p.elapsed:.1f} s"
         + (f" ({p.resumed:,} already done)" if p.resumed else "")
         + f": {p.scored:,} scored, {p.failed:,} failed"
         + (f' (see "error" in {settings.out / "results.jsonl"})' if p.failed else "")
     )
-    if outcome.file_errors:
-        line += f"; {len(outcome.file_errors)} unreadable file(s)"
-    if outcome.repeated_ids:
-        line += f"; {_n(outcome.repeated_ids, 'row')} repeating an id (scored; see summary.json)"
-    if sweep.bad_lines:
-        line += f"; {sweep.bad_lines} unreadable line(s) of results.jsonl skipped"
-    if outcome.total_scored == 0:
+    if file_errors:
+        line += f"; {len(file_errors)} unreadable file(s)"
+    repeated = summary["duplicate_ids"]["count"]
+    if repeated:
+        line += f"; {_n(repeated, 'row')} repeating an id (scored; see summary.json)"
+    if bad_lines:
+        line += f"; {bad_lines} unreadable line(s) of results.jsonl skipped"
+    scored = sum(s["scored"] for s in summary["scorers"].values())
+    if scored == 0:
         print(f"{line}; no row could be scored", file=sys.stderr)
         return 1
-    print(
-        f"{line}; the folder holds {outcome.total_scored:,} scored, "
-        f"{outcome.total_failed:,} failed",
-        file=sys.stderr,
-    )
+    failed = sum(s["failed"] for s in summary["scorers"].values())
+    print(f"{line}; the folder holds {scored:,} scored, {failed:,} failed", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,9 @@
 """Sweeps on a Ray cluster (`run --ray`): the local run's records, scored by N engine replicas.
 
-The output folder is prepared exactly as for a local run (`open_sweep`: lock, config, resume
-ledger). Then one Ray Data pipeline streams the work:
+The output folder is opened as for a local run (`evalgpu.sweep.Sweep`: its configuration
+derived from the scorers and the judge, lock, resume ledger; the judge is the one the replicas
+load, `Planned`, and each replica checks that it loaded that one). Then one Ray Data pipeline
+streams the work:
 
     read: one task on the driver's node, `evalgpu.chunks.read_chunks` (evalgpu's own
           readers: the same row numbers, field mapping and bad-row records as a local run;
@@ -27,23 +29,25 @@ Ray is imported only here, and only when a run asks for it (`pip install -e ".[r
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import pickle
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from evalgpu.chunks import Chunk, ReadNotes, read_chunks
-from evalgpu.driver import Driver, make_record
-from evalgpu.results import ScoreResult
+from evalgpu.driver import Driver
+from evalgpu.engines.base import JudgeReply, JudgeRequest
 from evalgpu.runner import WaveStats
-from evalgpu.settings import SCORERS, RunSettings
+from evalgpu.settings import RunSettings
 from evalgpu.storage import Ledger, Record
-from evalgpu.sweep import Outcome, Progress, Sweep
+from evalgpu.sweep import Progress, Sweep, judge_model
 
-__all__ = ["Replica", "layout", "run_ray"]
+__all__ = ["Planned", "Replica", "layout", "run_ray"]
 
 
 @dataclass
@@ -57,6 +61,33 @@ class Scored:
     engine: str
 
 
+class Planned:
+    """The judge the replicas will load, named as `folder_config` names it, without loading it.
+
+    `name`: the backend a replica resolves "auto" to (vLLM where it holds a GPU and vLLM is
+    installed, unless a transformers-only option is given; else transformers); your own
+    engine is named by its `module:factory`. `model_path`: the model, for `judge_model`.
+    """
+
+    def __init__(self, settings: RunSettings, gpus_per_replica: int) -> None:
+        backend = settings.backend
+        if backend == "auto":
+            vllm = importlib.util.find_spec("vllm") is not None
+            on_gpu = gpus_per_replica > 0 and vllm and not settings.engine_options()
+            backend = "vllm" if on_gpu else "transformers"
+        self.name = backend
+        self.model_path: str | None = None
+        if backend in ("vllm", "transformers"):
+            from evalgpu.models import DEFAULT_MODEL
+
+            # Named as `judge_model` names the replicas' folder, without pulling it here.
+            model = Path(settings.model or DEFAULT_MODEL)
+            self.model_path = str(model if model.is_dir() else model.name)
+
+    def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
+        raise NotImplementedError("the replicas' engines judge; a Planned one only names them")
+
+
 class Replica:
     """The `map_batches` class: one engine replica, scoring one chunk per call.
 
@@ -67,12 +98,18 @@ class Replica:
     Args:
         settings: the run.
         files: file names as records carry them (the folder's: a resume keeps the first run's).
+        judge: the folder's (backend, model): a replica that loads another built-in judge (a
+            node without vLLM, where "auto" resolves to transformers) raises RuntimeError.
     """
 
-    def __init__(self, settings: RunSettings, files: list[str]) -> None:
+    def __init__(self, settings: RunSettings, files: list[str], judge: tuple[Any, Any]) -> None:
         engine = settings.load_engine()
-        self.name = str(getattr(engine, "name", type(engine).__name__))
-        self.ids = [SCORERS[name] for name in settings.scorers]
+        self.name = str(engine.name)
+        loaded = (self.name, judge_model(engine))
+        if judge[0] in ("vllm", "transformers") and loaded != judge:
+            raise RuntimeError(
+                f"this replica loaded the judge {loaded}, not the folder's {tuple(judge)}"
+            )
         self.output_tokens = 0
         self.driver = Driver(
             settings.build_scorers(engine),
@@ -115,24 +152,12 @@ class Replica:
             return self.driver.score_chunk(chunk.rows, done)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            records = []
-            for row in chunk.rows:
-                ident, _ = self.driver.reader.id(row)
-                label = self.driver.label(row, ident)
-                for sid in self.ids:
-                    if done(row.file, row.number, sid):
-                        continue
-                    base = {
-                        "row": row.number,
-                        "id": ident,
-                        "file": self.driver.files[row.file],
-                        "scorer": sid,
-                    }
-                    result = ScoreResult(
-                        scorer=sid, error=f"{label}: {message}", error_kind="engine"
-                    )
-                    records.append(make_record(base, result))
-            return records
+            return [
+                self.driver.failed(row, self.driver.reader.id(row)[0], sid, message, "engine")
+                for row in chunk.rows
+                for sid in (s.id for s in self.driver.scorers)
+                if not done(row.file, row.number, sid)
+            ]
 
 
 def _read(
@@ -177,7 +202,7 @@ def layout(
 
 
 def run_ray(
-    sweep: Sweep,
+    settings: RunSettings,
     *,
     address: str | None = None,
     replicas: int | None = None,
@@ -185,12 +210,11 @@ def run_ray(
     on_progress: Callable[[Progress], None] | None = None,
     on_error: Callable[[str], None] | None = None,
     on_notice: Callable[[str], None] | None = None,
-) -> Outcome:
-    """Score what `sweep` still lacks on a Ray cluster; write `summary.json` as `Sweep.run` does.
+) -> Sweep:
+    """Score what `settings.out` still lacks on a Ray cluster; write `summary.json`.
 
     Args:
-        sweep: an output folder opened with `open_sweep(settings)`: locked, its configuration
-            checked, what is done read.
+        settings: the run (the command line's flags).
         address: the cluster (`ray start --head` prints it); None: `RAY_ADDRESS`, else a
             local cluster started here and shut down at the end. A process already connected
             (`ray.init` before the call) keeps its connection.
@@ -205,23 +229,22 @@ def run_ray(
         on_notice: called with each file that cannot be read (or stops partway) and each id
             that repeats an earlier row's (named once), as a local run does.
 
+    Returns:
+        The run's `Sweep` (closed): `progress`, `file_errors`, `bad_lines`.
+
     Raises:
         ImportError: Ray is not installed (`pip install "evalgpu[ray]"`).
-        ValueError: `replicas` or `gpus_per_replica` is out of range, or `sweep` was not
-            opened from settings.
+        ValueError: `replicas` or `gpus_per_replica` is out of range, or a scorer option is.
+        ConfigError: the folder holds another configuration's results, or is in use.
     """
-    if replicas is not None and (
-        isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1
+    for name, value, least in (
+        ("replicas", replicas, 1),
+        ("gpus_per_replica", gpus_per_replica, 0),
     ):
-        raise ValueError(f"replicas must be >= 1, got {replicas!r}")
-    if gpus_per_replica is not None and (
-        isinstance(gpus_per_replica, bool)
-        or not isinstance(gpus_per_replica, int)
-        or gpus_per_replica < 0
-    ):
-        raise ValueError(f"gpus_per_replica must be >= 0, got {gpus_per_replica!r}")
-    if sweep.settings is None:
-        raise ValueError("run_ray needs a sweep opened from settings (open_sweep)")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < least
+        ):
+            raise ValueError(f"{name} must be >= {least}, got {value!r}")
     try:
         import ray
         import ray.data
@@ -241,16 +264,19 @@ def run_ray(
             **options,
         )
     try:
-        return _drive(
-            sweep,
-            sweep.settings,
-            ray,
-            replicas,
-            gpus_per_replica,
-            on_progress,
-            on_error,
-            on_notice or (lambda _: None),
-        )
+        gpus = int(cast(Any, ray).cluster_resources().get("GPU", 0))
+        replicas, gpus_per_replica = layout(settings, gpus, replicas, gpus_per_replica)
+        scorers = settings.build_scorers(Planned(settings, gpus_per_replica))
+        with Sweep(
+            settings.out,
+            scorers,
+            mapping=settings.mapping,
+            paths=settings.data,
+            limit=settings.limit,
+        ) as sweep:
+            dataset = _pipeline(ray, sweep, settings, replicas, gpus_per_replica)
+            _drive(sweep, settings, dataset, on_progress, on_error, on_notice or (lambda _: None))
+        return sweep
     finally:
         if started:
             ray.shutdown()
@@ -259,40 +285,13 @@ def run_ray(
 def _drive(
     sweep: Sweep,
     settings: RunSettings,
-    ray: Any,
-    replicas: int | None,
-    gpus_per_replica: int | None,
+    dataset: Any,
     on_progress: Callable[[Progress], None] | None,
     on_error: Callable[[str], None] | None,
     notice: Callable[[str], None],
-) -> Outcome:
+) -> None:
+    """Append each chunk's records as it comes back, then write `summary.json`."""
     report = on_progress or (lambda _: None)
-    replicas, gpus_per_replica = layout(
-        settings, int(ray.cluster_resources().get("GPU", 0)), replicas, gpus_per_replica
-    )
-
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
-    # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
-    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
-    # A dataset keeps a copy of the context it was built under: set ours, build, put it back.
-    context = ray.data.DataContext.get_current()
-    ours = {
-        "enable_progress_bars": False,  # the driver reports progress its own way
-        "print_on_execution_start": False,
-        # Every chunk its own block: Ray would otherwise merge the read's small outputs into
-        # one block (up to 128 MiB): no chunk would reach a replica before the file is read.
-        "target_max_block_size": 1,
-    }
-    saved = {key: getattr(context, key) for key in ours}
-    try:
-        for key, value in ours.items():
-            setattr(context, key, value)
-        dataset = _pipeline(ray, sweep, settings, replicas, gpus_per_replica)
-    finally:
-        for key, value in saved.items():
-            setattr(context, key, value)
-
     progress = sweep.progress
     names: list[str] = []
     for item in dataset.iter_rows():
@@ -314,49 +313,64 @@ def _drive(
         progress.output_tokens += scored.output_tokens
         report(progress)
     sweep.engine_name = ", ".join(dict.fromkeys(names)) or None
-    summary_path = sweep.finish(chunk_size=settings.chunk_size, limit=settings.limit)
-    totals = [sweep.aggregator.counts(sid) for sid in sweep.ids]
-    return Outcome(
-        progress=progress,
-        total_scored=sum(t[0] for t in totals),
-        total_failed=sum(t[1] for t in totals),
-        file_errors=sweep.file_errors,
-        summary_path=summary_path,
-        repeated_ids=sweep.repeats.count,
-    )
+    sweep.finish(chunk_size=settings.chunk_size, limit=settings.limit)
 
 
 def _pipeline(
     ray: Any, sweep: Sweep, settings: RunSettings, replicas: int, gpus_per_replica: int
 ) -> Any:
     """read -> chunks -> map_batches(Replica, ActorPoolStrategy(size=replicas))."""
-    env = _forwarded_env()
-    runtime_env = {"env_vars": env} if env else None
-    return (
-        ray.data.from_items([{"start": 0}])
-        .map_batches(
-            _read,
-            batch_size=1,
-            fn_kwargs={
-                "settings": settings,
-                "files": sweep.files,
-                "ledger": sweep.aggregator.ledger,
-            },
-            # The files were hashed on this node; the read runs where they are.
-            label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
-            num_cpus=0,
-            runtime_env=runtime_env,
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+    # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
+    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
+    # A dataset keeps a copy of the context it was built under: set ours, build, put it back.
+    context = ray.data.DataContext.get_current()
+    ours = {
+        "enable_progress_bars": False,  # the driver reports progress its own way
+        "print_on_execution_start": False,
+        # Every chunk its own block: Ray would otherwise merge the read's small outputs into
+        # one block (up to 128 MiB): no chunk would reach a replica before the file is read.
+        "target_max_block_size": 1,
+    }
+    saved = {key: getattr(context, key) for key in ours}
+    try:
+        for key, value in ours.items():
+            setattr(context, key, value)
+        env = _forwarded_env()
+        runtime_env = {"env_vars": env} if env else None
+        return (
+            ray.data.from_items([{"start": 0}])
+            .map_batches(
+                _read,
+                batch_size=1,
+                fn_kwargs={
+                    "settings": settings,
+                    "files": sweep.files,
+                    "ledger": sweep.aggregator.ledger,
+                },
+                # The files were hashed on this node; the read runs where they are.
+                label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
+                num_cpus=0,
+                runtime_env=runtime_env,
+            )
+            .map_batches(
+                Replica,
+                batch_size=1,
+                fn_constructor_kwargs={
+                    "settings": settings,
+                    "files": sweep.files,
+                    "judge": (sweep.config["backend"], sweep.config["model"]),
+                },
+                compute=ray.data.ActorPoolStrategy(size=replicas),
+                num_cpus=1,
+                num_gpus=gpus_per_replica,
+                runtime_env=runtime_env,
+            )
         )
-        .map_batches(
-            Replica,
-            batch_size=1,
-            fn_constructor_kwargs={"settings": settings, "files": sweep.files},
-            compute=ray.data.ActorPoolStrategy(size=replicas),
-            num_cpus=1,
-            num_gpus=gpus_per_replica,
-            runtime_env=runtime_env,
-        )
-    )
+    finally:
+        for key, value in saved.items():
+            setattr(context, key, value)
 
 
 def _done(sweep: Sweep, record: Record) -> bool:

@@ -1,8 +1,8 @@
 """The driver: rows stream in, a chunk at a time; each chunk goes through one `Runner.run` per
 engine; its records come out as soon as the chunk is scored.
 
-The command line (`evalgpu.sweep`) and Python (`evalgpu.evaluation`, `run_evals`) both score
-through a `Driver`. The data flow reads one way:
+Every entry point scores through a `Driver`: `evaluate` (which the command line calls) through
+`evalgpu.sweep.Sweep`, `run_evals`, and the Ray replicas. The data flow reads one way:
 
     file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine
          -> records (`Driver.score_chunk`) -> storage and report (`evalgpu.storage`, `report`)
@@ -24,13 +24,12 @@ point.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from evalgpu.data import RowError
 from evalgpu.results import ErrorKind, InputError, Record, ScoreResult, Steps, make_record
-from evalgpu.rows import Row, RowReader
+from evalgpu.rows import Row, RowReader, row_label
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers._scorer import Scorer
 
@@ -84,13 +83,20 @@ class Driver:
                 self._runners[key] = Runner(scorer.engine, on_wave=on_wave)
 
     def label(self, row: Row, ident: str | None) -> str:
-        """How errors name a row: `[file ]row N[ (id "x")]`."""
-        label = f"{self.noun} {row.number}"
-        if len(self.files) > 1:
-            label = f"{self.files[row.file]} {label}"
-        if ident is not None:
-            label += f" (id {json.dumps(ident, ensure_ascii=False)})"
-        return label
+        """How errors name a row: `[file ]row N[ (id "x")]` (`evalgpu.rows.row_label`)."""
+        return row_label(row, self.files, ident, self.noun)
+
+    def failed(
+        self, row: Row, ident: str | None, scorer: str, error: str, kind: ErrorKind
+    ) -> Record:
+        """The error record of (row, scorer): `error` prefixed with the row's label."""
+        result = ScoreResult(
+            scorer=scorer, error=f"{self.label(row, ident)}: {error}", error_kind=kind
+        )
+        return make_record(self._base(row, ident, scorer), result)
+
+    def _base(self, row: Row, ident: str | None, scorer: str) -> Record:
+        return {"row": row.number, "id": ident, "file": self.files[row.file], "scorer": scorer}
 
     def prepare(self, row: Row) -> Row:
         """`row`, with its output made by `target` when there is one and the row has none."""
@@ -118,12 +124,6 @@ class Driver:
             for scorer in self.scorers:
                 if done is not None and done(row.file, row.number, scorer.id):
                     continue
-                base = {
-                    "row": row.number,
-                    "id": ident,
-                    "file": self.files[row.file],
-                    "scorer": scorer.id,
-                }
                 problem = row_problem
                 kind: ErrorKind = "input"
                 if problem is None:
@@ -135,13 +135,10 @@ class Driver:
                     except Exception as exc:  # hostile values (nesting too deep, ...): one row's
                         problem = f"{type(exc).__name__}: {exc}"
                 if problem is not None:
-                    error = ScoreResult(
-                        scorer=scorer.id, error=f"{label}: {problem}", error_kind=kind
-                    )
-                    records.append(make_record(base, error))
+                    records.append(self.failed(row, ident, scorer.id, problem, kind))
                     continue
                 jobs[id(scorer.engine)].append((len(records), scorer.id, steps, label))
-                records.append(base)
+                records.append(self._base(row, ident, scorer.id))
         for key, group in jobs.items():
             if not group:
                 continue
@@ -166,8 +163,6 @@ class Driver:
         Rows are read as the chunks need them, so memory depends on `chunk_size`, not on the
         number of rows. A row whose every scorer is `done` is not scored (`on_skip` is told).
         """
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
         chunk: list[Row] = []
         for row in rows:
             if done is not None and all(done(row.file, row.number, s.id) for s in self.scorers):

@@ -1,5 +1,6 @@
-"""Scoring datasets from Python: `evaluate` (streaming, resumable) and `run_evals` (the batch
-API of docs/SEMANTICS.md §1.6), both on the one `Driver` that the command line uses.
+"""Scoring datasets from Python and from the command line: `evaluate` (streaming, resumable;
+the command line turns its flags into scorers and an engine and calls it) and `run_evals` (the
+batch API of docs/SEMANTICS.md §1.6), both on the one `Driver`.
 
     from evalgpu import evaluate
     run = evaluate("outputs.jsonl", [summarization, recall], map={"summary": "model_output"},
@@ -11,22 +12,22 @@ API of docs/SEMANTICS.md §1.6), both on the one `Driver` that the command line 
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalgpu.data import RowError, file_format, inspect_file
+from evalgpu.data import RowError, file_format
 from evalgpu.driver import Driver
 from evalgpu.report import Aggregator
 from evalgpu.results import Record, ScoreResult
 from evalgpu.rows import Row, RowReader, file_rows, python_rows
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.settings import SCORERS, folder_config, model_name
 from evalgpu.storage import check_out, scan_results
-from evalgpu.sweep import Sweep
+from evalgpu.sweep import Progress, Sweep
 
-__all__ = ["Evaluation", "evaluate", "run_evals"]
+__all__ = ["Evaluation", "check_run", "evaluate", "run_evals"]
 
 _NOT_AN_ITEM = RowError("an item is a dict with an 'input' key")
 
@@ -41,6 +42,10 @@ def evaluate(
     out: str | Path | None = None,
     target: Callable[[Any], Any] | None = None,
     chunk_size: int = 256,
+    limit: int | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> Evaluation:
     """Score a dataset with several scorers, streaming; results come as chunks finish.
 
@@ -54,38 +59,81 @@ def evaluate(
             row dicts (read lazily: a generator works).
         scorers: scorer objects (`create_*_scorer`); scorers of one engine share its waves.
         map: field -> column, like `--map summary=model_output`.
-        out: an output folder, with the command line's files and rules: `config.json`,
-            `results.jsonl` appended a chunk at a time, `summary.json`, the lock; an existing
-            folder of the same configuration is resumed (only what has no successful record
-            is scored). None keeps everything in memory. The configuration names the judge
-            by its engine's name and model folder, so the command line continues the folder
-            when `--backend` and `--model` name the same (`--backend transformers --model
-            smollm2-135m-instruct`, not `auto`). Data files are hashed, so a changed file is
-            refused; rows given from Python cannot be, and are matched by position: resume
-            with the same rows in the same order.
+        out: an output folder (`config.json`, `results.jsonl` appended a chunk at a time,
+            `summary.json`, the lock); an existing folder of the same configuration is
+            resumed: only what has no successful record is scored. The configuration is
+            derived from the scorers (`Scorer.options`) and the judge as loaded (its engine's
+            name and model folder: `evalgpu.sweep.folder_config`), so `python -m evalgpu run`
+            with the same model and options continues the folder, and the other way round.
+            Data files are hashed, so a changed file is refused; rows given from Python cannot
+            be, and are matched by position: resume with the same rows in the same order.
+            None keeps everything in memory.
         target: makes a row's output from its input when the row has no output column.
         chunk_size: rows per engine batch (and per append to `results.jsonl`).
+        limit: read at most this many rows in all (None: all); rows already scored count.
+        on_progress: called with the `Progress` after each engine wave and chunk.
+        on_error: called with each failed record's error message, as it happens.
+        on_notice: called with what is no row's error but must not go unsaid: each data file
+            that cannot be read (or stops partway), each id that repeats an earlier row's.
 
     Returns:
         An `Evaluation`: iterate it for the records as they are scored, or call
         `to_pandas()` / `run()`. Nothing is scored before that.
 
     Raises:
-        ValueError: no scorers, a bad `map`, `chunk_size`, data file name or `out` (a file),
-            before anything is scored.
+        ValueError: no scorers, a bad `map`, `chunk_size`, `limit`, data file name or `out`
+            (a file), before anything is scored.
     """
-    RowReader(map)
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
     if not scorers:
         raise ValueError("scorers must name at least one scorer")
-    for scorer in scorers:
-        if scorer.id not in SCORERS.values():
-            raise ValueError(f"scorers must come from create_*_scorer, got id {scorer.id!r}")
-    paths = _paths(data)
+    paths = check_run(data, map, out, chunk_size, limit)
+    return Evaluation(
+        data,
+        paths,
+        list(scorers),
+        dict(map or {}),
+        Path(out) if out is not None else None,
+        target,
+        chunk_size,
+        limit,
+        on_progress,
+        on_error,
+        on_notice,
+    )
+
+
+def check_run(
+    data: DataSource,
+    map: Mapping[str, str] | None,
+    out: str | Path | None,
+    chunk_size: int,
+    limit: int | None,
+) -> list[Path] | None:
+    """Check a run's arguments before anything loads; returns the data files (None: rows).
+
+    Raises:
+        ValueError: a bad `map`, `chunk_size` or `limit`, a data file that is missing or of
+            an unknown type, or an `out` that is a file (each message names it).
+    """
+    RowReader(map)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be >= 0, got {limit!r}")
     if out is not None:
         check_out(Path(out))
-    return Evaluation(data, paths, list(scorers), dict(map or {}), out, target, chunk_size)
+    if isinstance(data, (str, Path)):
+        items: list[Any] = [data]
+    elif isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, Path)) for d in data):
+        items = list(data)
+    else:
+        return None
+    paths = [Path(p) for p in items]
+    for path in paths:
+        file_format(path)
+        if not path.is_file():
+            raise ValueError(f"data file not found: {path}")
+    return paths
 
 
 class Evaluation:
@@ -103,17 +151,23 @@ class Evaluation:
         paths: list[Path] | None,
         scorers: list[Scorer],
         mapping: dict[str, str],
-        out: str | Path | None,
+        out: Path | None,
         target: Callable[[Any], Any] | None,
         chunk_size: int,
+        limit: int | None,
+        on_progress: Callable[[Progress], None] | None = None,
+        on_error: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
     ) -> None:
         self._data = data
         self._paths = paths
         self._scorers = scorers
         self._mapping = mapping
-        self._out = Path(out) if out is not None else None
+        self._out = out
         self._target = target
         self._chunk_size = chunk_size
+        self._limit = limit
+        self._on_progress, self._on_error, self._on_notice = on_progress, on_error, on_notice
         self._records: list[Record] = []
         self._iter: Generator[Record, None, None] | None = None
         self.finished = False
@@ -122,6 +176,10 @@ class Evaluation:
         """The aggregates (`summary.json`'s `scorers` and `tokens`), once finished."""
         self.file_errors: list[str] = []
         """Data files that could not be read (or stopped partway), one message each."""
+        self.progress: Progress | None = None
+        """Where the run stands (rows done, resumed, scored, failed), once it started with `out`."""
+        self.bad_lines = 0
+        """Lines of `out`'s results.jsonl that did not parse (skipped), once it started."""
 
     def __iter__(self) -> Iterator[Record]:
         if self._iter is None:
@@ -184,26 +242,36 @@ class Evaluation:
         return pd.DataFrame.from_records(list(latest.values()))
 
     def _rows(self) -> Iterator[Row]:
-        if self._paths is not None:
-            return file_rows(self._paths, on_file_error=self.file_errors.append)
-        assert not isinstance(self._data, (str, Path))
-        return python_rows(self._data)
+        if self._paths is None:
+            assert not isinstance(self._data, (str, Path))
+            return itertools.islice(python_rows(self._data), self._limit)
+        notice = self._on_notice or (lambda _: None)
+
+        def file_error(message: str) -> None:
+            self.file_errors.append(message)
+            notice(message)
+
+        return file_rows(self._paths, limit=self._limit, on_file_error=file_error)
 
     def _produce(self) -> Generator[Record, None, None]:
         if self._out is None:
             yield from self._in_memory()
             return
-        with Sweep(self._out, self._config(), option="out") as sweep:
+        with Sweep(
+            self._out, self._scorers, mapping=self._mapping, paths=self._paths, limit=self._limit
+        ) as sweep:
+            self.progress, self.bad_lines = sweep.progress, sweep.bad_lines
             sweep.file_errors = self.file_errors  # counted in summary.json
             for records in sweep.stream(
-                self._scorers,
                 self._rows(),
-                mapping=self._mapping,
                 chunk_size=self._chunk_size,
                 target=self._target,
+                on_progress=self._on_progress,
+                on_error=self._on_error,
+                on_notice=self._on_notice,
             ):
                 yield from records
-            sweep.finish(chunk_size=self._chunk_size)
+            sweep.finish(chunk_size=self._chunk_size, limit=self._limit)
             summary = json.loads((self._out / "summary.json").read_text(encoding="utf-8"))
             self.summary = {k: summary[k] for k in ("scorers", "tokens", "cached_share")}
         self.finished = True
@@ -218,72 +286,11 @@ class Evaluation:
             for record in records:
                 self._records.append(record)
                 aggregator.add(record)
+                if record["error"] is not None and self._on_error is not None:
+                    self._on_error(record["error"])
                 yield record
         self.summary = aggregator.summary()
         self.finished = True
-
-    def _config(self) -> dict[str, Any]:
-        """The output folder's configuration: the command line's, for the same settings."""
-        engines = list({id(s.engine): s.engine for s in self._scorers}.values())
-        scales = {s.id: float(s.options.get("scale", 1.0)) for s in self._scorers}
-        summarization = [s for s in self._scorers if s.id == "summarization-scorer"]
-        options: dict[str, Any] = {
-            "max_questions": summarization[0].options["max_questions"] if summarization else None,
-            "scale": scales[self._scorers[0].id] if len(set(scales.values())) == 1 else scales,
-        }
-        modes = {s.options.get("verdicts", "hard") for s in self._scorers}
-        shared = ["max_questions", "scale"]
-        if len(modes) == 1:  # as the command line's --verdicts records it
-            shared.append("verdicts")
-            if modes != {"hard"}:
-                options["verdicts"] = modes.pop()
-        # Options the command line has no flag for (static texts, extractors, model-written
-        # reasons) change scores too: recorded only where a scorer has them.
-        extra = {
-            s.id: {k: v for k, v in s.options.items() if k not in shared} for s in self._scorers
-        }
-        extra = {k: v for k, v in extra.items() if v}
-        if extra:
-            options["scorers"] = extra
-        if self._paths is not None:
-            data = []
-            for path in self._paths:
-                info = inspect_file(path)
-                data.append({"path": str(path), "sha256": info.sha256, "size": info.size})
-        else:
-            # Rows from Python cannot be hashed before they are read: resume matches them by
-            # position (and id), so give the same rows in the same order.
-            data = [{"path": None, "sha256": None, "size": None}]
-        return folder_config(
-            scorer_ids=[s.id for s in self._scorers],
-            model=_one(model_name(getattr(e, "model_path", None)) for e in engines),
-            backend=_one(getattr(e, "name", type(e).__name__) for e in engines),
-            options=options,
-            mapping=self._mapping,
-            data=data,
-        )
-
-
-def _one(values: Iterable[Any]) -> Any:
-    """The value when all are equal, else the list of them."""
-    found = list(dict.fromkeys(values))
-    return found[0] if len(found) == 1 else found
-
-
-def _paths(data: DataSource) -> list[Path] | None:
-    """The data files `data` names (checked), or None for an iterable of rows."""
-    if isinstance(data, (str, Path)):
-        items: list[Any] = [data]
-    elif isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, Path)) for d in data):
-        items = list(data)
-    else:
-        return None
-    paths = [Path(p) for p in items]
-    for path in paths:
-        file_format(path)
-        if not path.is_file():
-            raise ValueError(f"data file not found: {path}")
-    return paths
 
 
 def run_evals(

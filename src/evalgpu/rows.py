@@ -31,10 +31,23 @@ from evalgpu.messages import extract_tool_results, is_agent_run
 from evalgpu.results import InputError, Steps
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["FIELDS", "RepeatedIds", "Row", "RowReader", "file_rows", "python_rows", "row_id"]
+__all__ = [
+    "FIELDS",
+    "IDS_NAMED",
+    "RepeatedIds",
+    "Row",
+    "RowReader",
+    "file_rows",
+    "python_rows",
+    "row_id",
+    "row_label",
+]
 
 FIELDS = ("id", "input", "output", "source", "summary", "ground_truth", "context")
 """Row fields; `--map FIELD=COLUMN` reads a field from another column."""
+
+IDS_NAMED = 20
+"""Repeated ids named one by one (`RepeatedIds.note`); the rest are counted in summary.json."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +204,16 @@ class RowReader:
         )
 
 
+def row_label(row: Row, files: Sequence[str | None], ident: str | None, noun: str = "row") -> str:
+    """How messages name a row: `[file ]row N[ (id "x")]` (the file only when there are several)."""
+    label = f"{noun} {row.number}"
+    if len(files) > 1:
+        label = f"{files[row.file]} {label}"
+    if ident is not None:
+        label += f" (id {json.dumps(ident, ensure_ascii=False)})"
+    return label
+
+
 def row_id(record: dict[str, Any] | RowError, column: str) -> tuple[str | None, str | None]:
     """The row's id (from `column`) as a string or None, and an error when of a wrong type.
 
@@ -247,7 +270,7 @@ class RepeatedIds:
         self.examples: list[dict[str, Any]] = []
         self.limit = examples
 
-    def check(self, ident: str | None, file: str, row: int) -> bool:
+    def check(self, ident: str | None, file: str | None, row: int) -> bool:
         """Note the row's id; True the first time an id repeats (the time to name it)."""
         if ident is None:
             return False
@@ -261,6 +284,24 @@ class RepeatedIds:
         if len(self.examples) < self.limit:
             self.examples.append({"id": ident, "file": file, "row": row})
         return True
+
+    def note(self, ident: str | None, row: Row, files: Sequence[str | None]) -> str | None:
+        """Note the row's id (`check`); the line to show when it names a repeat, else None.
+
+        The first `IDS_NAMED` repeated ids are named one by one, then one line says that the
+        rest are only counted.
+        """
+        if not self.check(ident, files[row.file], row.number):
+            return None
+        named = len(self.repeated)
+        if named <= IDS_NAMED:
+            return (
+                f"{row_label(row, files, None)}: id {json.dumps(ident, ensure_ascii=False)} "
+                "repeats an earlier row's id (both are scored)"
+            )
+        if named == IDS_NAMED + 1:
+            return "further repeated ids are only counted in summary.json"
+        return None
 
     def summary(self) -> dict[str, Any]:
         """`{"count": rows repeating an id, "ids": distinct ids repeated, "examples": [...]}`."""

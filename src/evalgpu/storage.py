@@ -37,12 +37,15 @@ __all__ = [
     "check_out",
     "config_hash",
     "config_scale",
+    "differences",
     "failure_state",
     "scan_results",
+    "upgrade_config",
     "write_atomic",
 ]
 
-CONFIG_VERSION = 1
+CONFIG_VERSION = 2
+"""2: the judge as loaded (engine name, model folder) and each scorer's own options."""
 
 
 class ConfigError(ValueError):
@@ -57,17 +60,85 @@ def config_hash(config: dict[str, Any]) -> str:
 
 
 def config_scale(config: dict[str, Any]) -> float:
-    """The scores' range for histograms: the scale, or the largest of per-scorer scales."""
-    scale = config["options"]["scale"]
-    return max(scale.values()) if isinstance(scale, dict) else float(scale)
+    """The scores' range for histograms: the largest of the scorers' scales."""
+    options = config["options"]
+    if config.get("version", 1) < 2:  # one shared scale, or one per scorer
+        scale = options["scale"]
+        return max(scale.values()) if isinstance(scale, dict) else float(scale)
+    return max((float(o.get("scale", 1.0)) for o in options.values()), default=1.0)
+
+
+def upgrade_config(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 `config.json` in this version's shape, read as it was meant.
+
+    Version 1 named the judge as it was asked for: backend "auto" (resolved by the machine
+    that ran it) and model None (the default model) mean the judge that `new` resolved them
+    to. Its options were shared (`max_questions` for the scorers that take it, `scale` one
+    number or one per scorer, `verdicts` only when not "hard"), with per-scorer extras in
+    `options["scorers"]`.
+
+    Args:
+        old: the version-1 configuration.
+        new: this run's configuration (what "auto" and None resolved to, which scorers take
+            `max_questions` and record `verdicts`).
+    """
+    from evalgpu.models import DEFAULT_MODEL
+
+    shared = dict(old.get("options") or {})
+    extras = shared.pop("scorers", {}) or {}
+    scale = shared.pop("scale", 1.0)
+    questions = shared.pop("max_questions", None)
+    options: dict[str, Any] = {}
+    for sid in old.get("scorer_ids", []):
+        takes = new["options"].get(sid, {})
+        mine: dict[str, Any] = {}
+        if questions is not None and (sid not in new["options"] or "max_questions" in takes):
+            mine["max_questions"] = questions
+        mine["scale"] = float(scale[sid] if isinstance(scale, dict) else scale)
+        mine.update(shared)  # verdicts, when not "hard"
+        if "verdicts" in takes and "verdicts" not in mine:
+            mine["verdicts"] = "hard"  # version 1 wrote "hard" by leaving it out
+        mine.update(extras.get(sid, {}))
+        options[sid] = mine
+    model, backend = old.get("model"), old.get("backend")
+    if (model is None and new.get("model") in (None, DEFAULT_MODEL)) or backend == "scripted":
+        model = new.get("model")  # the default model; the scripted judge loads none
+    upgraded = {
+        "version": CONFIG_VERSION,
+        "result_version": old.get("result_version"),
+        "scorer_ids": list(old.get("scorer_ids", [])),
+        "model": model,
+        "backend": new.get("backend") if backend == "auto" else backend,
+        "options": options,
+        "map": old.get("map", {}),
+        "data": old.get("data", []),
+    }
+    upgraded["hash"] = config_hash(upgraded)
+    return upgraded
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What differs between two configurations, one phrase each."""
     found = []
-    for key in ("scorers", "model", "backend", "options", "map", "result_version"):
-        if old.get(key) != new.get(key):
-            found.append(f"{key}: {json.dumps(old.get(key))} -> {json.dumps(new.get(key))}")
+    for key in ("scorer_ids", "model", "backend", "options", "map", "result_version"):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if (
+            key == "options"
+            and isinstance(a, dict)
+            and isinstance(b, dict)
+            and a.keys() == b.keys()
+        ):
+            for sid in a:  # the scorers' own options: name the one that changed
+                for name in sorted(set(a[sid]) | set(b[sid])):
+                    was, now = a[sid].get(name), b[sid].get(name)
+                    if was != now:
+                        found.append(
+                            f"options: {sid} {name}: {json.dumps(was)} -> {json.dumps(now)}"
+                        )
+            continue
+        found.append(f"{key}: {json.dumps(a)} -> {json.dumps(b)}")
     old_data, new_data = old.get("data", []), new["data"]
     if len(old_data) != len(new_data):
         found.append(f"data: {len(old_data)} files -> {len(new_data)}")
@@ -241,7 +312,6 @@ class OutputFolder:
     Args:
         out: the folder (created when missing).
         config: this run's configuration, with its `hash` (see `config_hash`).
-        option: how the folder was named to the user, for messages ("--out" or "out").
 
     Raises:
         ConfigError: the folder holds another configuration's results, or another run is
@@ -250,15 +320,14 @@ class OutputFolder:
         OSError: the folder cannot be read or written.
     """
 
-    def __init__(self, out: Path, config: dict[str, Any], *, option: str = "--out") -> None:
+    def __init__(self, out: Path, config: dict[str, Any]) -> None:
         self.path = out
-        self.option = option
         self.results_path = out / "results.jsonl"
         self.bad_lines = 0
         """Complete lines of `results.jsonl` that did not parse (skipped by `resume`)."""
         check_out(out)
         out.mkdir(parents=True, exist_ok=True)
-        self._lock: int | None = _lock(out, option)
+        self._lock: int | None = _lock(out)
         self._file: Any = None
         self._resumed = False
         try:
@@ -281,20 +350,26 @@ class OutputFolder:
         return self.bad_lines
 
     def _check_config(self, new: dict[str, Any]) -> dict[str, Any]:
-        out, option = self.path, self.option
+        out = self.path
         path = out / "config.json"
         if path.exists():
             old: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            earlier = old.get("version", 1) < CONFIG_VERSION
+            if earlier:
+                old = upgrade_config(old, new)
             if old.get("hash") != new["hash"]:
                 raise ConfigError(
-                    f"{option} {out} holds results of another configuration "
-                    f"({'; '.join(differences(old, new))}); use a new {option} folder, "
+                    f"output folder {out} holds results of another configuration "
+                    f"({'; '.join(differences(old, new))}); use a new output folder, "
                     f"or delete {out} to start over"
                 )
+            if earlier:  # the same run, written in this version's shape from now on
+                write_atomic(path, json.dumps(old, indent=2, ensure_ascii=False) + "\n")
             return old  # its paths name the files in the records already written
         if (out / "results.jsonl").exists():
             raise ConfigError(
-                f"{option} {out} has a results.jsonl but no config.json; use a new {option} folder"
+                f"output folder {out} has a results.jsonl but no config.json; "
+                "use a new output folder"
             )
         write_atomic(path, json.dumps(new, indent=2, ensure_ascii=False) + "\n")
         return new
@@ -330,7 +405,7 @@ class OutputFolder:
         self.close()
 
 
-def _lock(out: Path, option: str) -> int | None:
+def _lock(out: Path) -> int | None:
     """Hold an exclusive lock on the folder: two runs appending to one file would duplicate."""
     fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -342,6 +417,6 @@ def _lock(out: Path, option: str) -> int | None:
     except OSError:
         os.close(fd)
         raise ConfigError(
-            f"another evalgpu run is writing to {out}; wait for it or use a new {option}"
+            f"another evalgpu run is writing to {out}; wait for it or use a new output folder"
         ) from None
     return fd

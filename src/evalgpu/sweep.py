@@ -1,20 +1,20 @@
-"""A sweep: a resumable run into an output folder, for the command line and for Python.
+"""A sweep: scorers run into an output folder, resumably; the one way records reach a folder.
 
-A sweep opens the folder (`evalgpu.storage`: lock, configuration, what is already done), streams
-rows through a `Driver` a chunk at a time, appends each chunk's records durably before the next
-chunk is read, keeps the aggregates (`evalgpu.report.Aggregator`) and the progress, and writes
-`summary.json` at the end. Memory depends on the chunk size, not on the number of rows. Running
-again with the same folder and configuration scores only what has no successful record; after
-a `kill -9`, at most the chunk in flight is lost.
+A sweep derives the folder's configuration from what scores (`folder_config`: the scorers'
+own options and the judge as loaded), opens the folder (`evalgpu.storage`: lock,
+configuration, what is already done), streams rows through a `Driver` a chunk at a time,
+appends each chunk's records durably before the next chunk is read, keeps the aggregates
+(`evalgpu.report.Aggregator`) and the progress, and writes `summary.json` at the end. Memory
+depends on the chunk size, not on the number of rows. Running again with the same folder and
+configuration scores only what has no successful record; after a `kill -9`, at most the chunk
+in flight is lost.
 
-The command line opens a sweep from its `RunSettings` (`open_sweep`) and calls `run`;
-`evalgpu.evaluation` opens one with a configuration built from scorer objects and calls `stream`
-and `finish`.
+`evalgpu.evaluate` drives it (the command line calls `evaluate`); `run --ray` feeds it chunks
+scored by replicas (`add_chunk`).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,17 +25,13 @@ from evalgpu.data import FileInfo, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.engines.base import Engine
 from evalgpu.report import Aggregator
-from evalgpu.results import Record
-from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
+from evalgpu.results import RESULT_VERSION, Record
+from evalgpu.rows import RepeatedIds, Row
 from evalgpu.runner import WaveStats
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.settings import RunSettings
-from evalgpu.storage import CONFIG_VERSION, ConfigError, OutputFolder, config_scale
+from evalgpu.storage import CONFIG_VERSION, OutputFolder, config_hash, config_scale
 
-__all__ = ["IDS_NAMED", "ConfigError", "Outcome", "Progress", "Sweep", "open_sweep"]
-
-IDS_NAMED = 20
-"""Repeated ids named through `on_notice`; the rest are counted in summary.json only."""
+__all__ = ["Progress", "Sweep", "folder_config", "judge_model"]
 
 
 @dataclass
@@ -61,21 +57,8 @@ class Progress:
         return time.monotonic() - self.started
 
 
-@dataclass
-class Outcome:
-    """What a finished sweep did (this run) and what the folder now holds (all runs)."""
-
-    progress: Progress
-    total_scored: int
-    total_failed: int
-    file_errors: list[str]
-    summary_path: Path
-    repeated_ids: int = 0
-    """Rows whose id an earlier row of the data already had (they were scored too)."""
-
-
 class Sweep:
-    """An output folder opened for a run: locked, resumed, and its records aggregated.
+    """An output folder opened for `scorers`: configured, locked, resumed, records aggregated.
 
     Use it as a context manager (it holds the folder's lock). `stream` scores rows into it (or
     `add_chunk` takes chunks scored elsewhere, skipping what `done` says), and `finish` writes
@@ -83,30 +66,31 @@ class Sweep:
 
     Args:
         out: the output folder (created; an existing one is resumed).
-        config: the run's configuration with its hash (`RunSettings.config`, or
-            `evalgpu.evaluation`'s).
-        rows_total: the number of rows, when known (progress).
-        option: how the folder was named to the user, for messages ("--out" or "out").
-        settings: the command line's settings (`run` needs them).
+        scorers: the scorers, in the order of their records for a row; the folder's
+            configuration is derived from them (`folder_config`).
+        mapping: field -> column.
+        paths: the data files (hashed into the configuration), or None for rows from Python.
+        limit: rows read in all, when limited (progress: the number of rows to expect).
 
     Raises:
         ConfigError: the folder holds another configuration's results, or another run is
             writing to it.
-        OSError: the folder cannot be read or written.
+        OSError: a data file or the folder cannot be read or written.
     """
 
     def __init__(
         self,
         out: Path,
-        config: dict[str, Any],
+        scorers: Sequence[Scorer],
         *,
-        rows_total: int | None = None,
-        option: str = "--out",
-        settings: RunSettings | None = None,
+        mapping: Mapping[str, str] | None = None,
+        paths: Sequence[Path] | None = None,
+        limit: int | None = None,
     ) -> None:
-        self.settings = settings
-        self.rows_total = rows_total
-        self.folder = OutputFolder(out, config, option=option)
+        self.scorers = list(scorers)
+        self.mapping = dict(mapping or {})
+        infos = [inspect_file(p) for p in paths] if paths is not None else None
+        self.folder = OutputFolder(out, folder_config(self.scorers, self.mapping, paths, infos))
         try:
             self.config = self.folder.config
             self.ids: list[str] = self.config["scorer_ids"]
@@ -114,15 +98,18 @@ class Sweep:
             self.files: list[str] = [d["path"] for d in self.config["data"]]
             self.aggregator = Aggregator(self.ids, self.files, config_scale(self.config))
             self.bad_lines = self.folder.resume(self.aggregator.add)
+            """Complete lines of results.jsonl that did not parse (skipped)."""
         except BaseException:
             self.folder.close()
             raise
-        self.progress = Progress(rows_total=rows_total)
+        self.progress = Progress(rows_total=_total_rows(infos, limit))
         self.file_errors: list[str] = []
         """Files that could not be read (or stopped partway), one message each."""
         self.repeats = RepeatedIds()
         """Rows repeating an earlier row's id (counted in summary.json)."""
-        self.engine_name: str | None = None
+        self.engine_name: str | None = ", ".join(
+            dict.fromkeys(str(s.engine.name) for s in self.scorers)
+        )
 
     def close(self) -> None:
         """Release the folder (safe to call twice)."""
@@ -136,10 +123,8 @@ class Sweep:
 
     def stream(
         self,
-        scorers: Sequence[Scorer],
         rows: Iterable[Row],
         *,
-        mapping: Mapping[str, str] | None = None,
         chunk_size: int = 256,
         target: Callable[[Any], Any] | None = None,
         on_progress: Callable[[Progress], None] | None = None,
@@ -149,18 +134,14 @@ class Sweep:
         """Score what is not done yet; yield each chunk's records once they are on disk.
 
         Args:
-            scorers: the scorers whose ids the configuration names, in its order.
             rows: the rows, streamed (`file_rows`, `python_rows`).
-            mapping: field -> column.
             chunk_size: rows per `Runner.run` and per append.
             target: makes a row's output when it has none (see `Driver`).
             on_progress: called after each engine wave and each chunk.
             on_error: called with each failed record's error message, as it happens.
-            on_notice: called with each id that repeats an earlier row's, named once (the
-                first `IDS_NAMED`; all are counted in summary.json).
+            on_notice: called with each id that repeats an earlier row's
+                (`RepeatedIds.note`; all are counted in summary.json).
         """
-        if [s.id for s in scorers] != self.ids:
-            raise ValueError(f"scorers must be {self.ids}, got {[s.id for s in scorers]}")
         progress = self.progress
         report = on_progress or (lambda _: None)
 
@@ -175,17 +156,10 @@ class Sweep:
                 report(progress)
 
         driver = Driver(
-            scorers,
-            mapping=mapping,
-            files=self.files,
-            target=target,
-            on_wave=wave,
-        )
-        self.engine_name = ", ".join(
-            dict.fromkeys(getattr(s.engine, "name", type(s.engine).__name__) for s in scorers)
+            self.scorers, mapping=self.mapping, files=self.files, target=target, on_wave=wave
         )
         for chunk, records in driver.stream(
-            self._note_ids(rows, driver, RowReader(mapping), on_notice),
+            self._note_ids(rows, driver, on_notice or (lambda _: None)),
             chunk_size=chunk_size,
             done=self.done,
             on_skip=skipped,
@@ -196,25 +170,13 @@ class Sweep:
         report(progress)
 
     def _note_ids(
-        self,
-        rows: Iterable[Row],
-        driver: Driver,
-        reader: RowReader,
-        on_notice: Callable[[str], None] | None,
+        self, rows: Iterable[Row], driver: Driver, tell: Callable[[str], None]
     ) -> Iterator[Row]:
         """`rows`, each id noted on the way (every row, also those a previous run scored)."""
-        tell = on_notice or (lambda _: None)
         for row in rows:
-            ident = reader.id(row)[0]
-            if self.repeats.check(ident, self.files[row.file], row.number):
-                named = len(self.repeats.repeated)
-                if named <= IDS_NAMED:
-                    tell(
-                        f"{driver.label(row, None)}: id {json.dumps(ident, ensure_ascii=False)} "
-                        "repeats an earlier row's id (both are scored)"
-                    )
-                elif named == IDS_NAMED + 1:
-                    tell("further repeated ids are only counted in summary.json")
+            notice = self.repeats.note(driver.reader.id(row)[0], row, self.files)
+            if notice is not None:
+                tell(notice)
             yield row
 
     def done(self, file: int, row: int, scorer: str) -> bool:
@@ -279,73 +241,72 @@ class Sweep:
         }
         return self.folder.write_summary(summary)
 
-    def run(
-        self,
-        engine: Engine,
-        *,
-        on_progress: Callable[[Progress], None] | None = None,
-        on_error: Callable[[str], None] | None = None,
-        on_notice: Callable[[str], None] | None = None,
-    ) -> Outcome:
-        """Score the settings' files on `engine`; write `summary.json` (the command line).
 
-        Args:
-            engine: the judge (one per process; its reply cache spans the whole run).
-            on_progress: called after each engine wave and each chunk.
-            on_error: called with each failed record's error message, as it happens.
-            on_notice: called with what is not a row's error but must not go unsaid, as it
-                happens: each file that cannot be read (or stops partway), and each id that
-                repeats, named once (the first `IDS_NAMED`; all are counted in summary.json).
-        """
-        s = self.settings
-        if s is None:
-            raise ValueError("Sweep.run needs the settings it was opened with (open_sweep)")
-        tell = on_notice or (lambda _: None)
+def judge_model(engine: Engine) -> str | None:
+    """How a configuration names an engine's model: by its folder's name, else as given.
 
-        def file_error(message: str) -> None:
-            self.file_errors.append(message)
-            tell(message)
-
-        rows = file_rows(s.data, limit=s.limit, on_file_error=file_error)
-        for _ in self.stream(
-            s.build_scorers(engine),
-            rows,
-            mapping=s.mapping,
-            chunk_size=s.chunk_size,
-            on_progress=on_progress,
-            on_error=on_error,
-            on_notice=on_notice,
-        ):
-            pass
-        summary_path = self.finish(chunk_size=s.chunk_size, limit=s.limit)
-        totals = [self.aggregator.counts(sid) for sid in self.ids]
-        return Outcome(
-            progress=self.progress,
-            total_scored=sum(t[0] for t in totals),
-            total_failed=sum(t[1] for t in totals),
-            file_errors=self.file_errors,
-            summary_path=summary_path,
-            repeated_ids=self.repeats.count,
-        )
-
-
-def open_sweep(settings: RunSettings) -> Sweep:
-    """Prepare `settings.out`: lock it, check or write its config, read what is done.
-
-    Raises:
-        ConfigError: the folder holds another configuration's results, or another run is
-            writing to it.
-        OSError: a data file or the folder cannot be read or written.
+    A folder is the same judge wherever it lies, and a preset's folder carries the preset's
+    name, so `load_engine("smollm2-135m-instruct")` and `--model smollm2-135m-instruct` name
+    it alike. None: an engine without a model path (the scripted one, your own).
     """
-    files = [inspect_file(p) for p in settings.data]
-    config = settings.config(files)
-    return Sweep(
-        settings.out, config, rows_total=_total_rows(files, settings.limit), settings=settings
-    )
+    path = getattr(engine, "model_path", None)
+    if path is None:
+        return None
+    return Path(path).resolve().name if Path(path).is_dir() else str(path)
 
 
-def _total_rows(files: list[FileInfo], limit: int | None) -> int | None:
-    counts = [f.rows for f in files]
+def folder_config(
+    scorers: Sequence[Scorer],
+    mapping: Mapping[str, str],
+    paths: Sequence[Path] | None,
+    infos: Sequence[FileInfo] | None = None,
+) -> dict[str, Any]:
+    """An output folder's configuration, with its hash: derived from what scores.
+
+    The judge is named as it was loaded, not as it was asked for: the engine's `name` (the
+    backend that "auto" resolved to) and its model (`judge_model`); engine options that do not
+    change scores (threads, batch size, compute) are not in it. Each scorer brings its own
+    options (`Scorer.options`). So a folder that Python started and one that the command line
+    started with the same judge and options are one configuration.
+
+    Args:
+        scorers: the scorers, in order.
+        mapping: field -> column.
+        paths: the data files, or None for rows from Python: those cannot be hashed before
+            they are read, so a resume matches them by position (the same rows, in order).
+        infos: the files' `inspect_file`, when already read.
+    """
+    if paths is None:
+        data: list[dict[str, Any]] = [{"path": None, "sha256": None, "size": None}]
+    else:
+        infos = infos if infos is not None else [inspect_file(p) for p in paths]
+        data = [
+            {"path": str(p), "sha256": f.sha256, "size": f.size}
+            for p, f in zip(paths, infos, strict=True)
+        ]
+    engines = list({id(s.engine): s.engine for s in scorers}.values())
+    config: dict[str, Any] = {
+        "version": CONFIG_VERSION,
+        "result_version": RESULT_VERSION,
+        "scorer_ids": [s.id for s in scorers],
+        "model": _one(judge_model(e) for e in engines),
+        "backend": _one(str(e.name) for e in engines),
+        "options": {s.id: dict(s.options) for s in scorers},
+        "map": dict(sorted(mapping.items())),
+        "data": data,
+    }
+    config["hash"] = config_hash(config)
+    return config
+
+
+def _one(values: Iterable[Any]) -> Any:
+    """The value when all are equal (one engine), else the list of them."""
+    found = list(dict.fromkeys(values))
+    return found[0] if len(found) == 1 else found
+
+
+def _total_rows(infos: Sequence[FileInfo] | None, limit: int | None) -> int | None:
+    counts = [f.rows for f in infos] if infos is not None else [None]
     total = None if any(c is None for c in counts) else sum(c or 0 for c in counts)
     if limit is not None:
         return limit if total is None else min(limit, total)
