@@ -19,9 +19,10 @@ leaves the batch the step it ends and a waiting request takes its place, so ever
 carries its own constraint (`evalgpu.engines._constraint.Constraint`: the tokens its schema
 allows next, computed lazily by llguidance). Prompts that share a prefix (one source's
 alignment and questions prompts, and every summary of that source) compute it once
-(`prefill_groups`): on a CPU, where prefill is most of the time for long sources, that is the
-larger saving. Token
-counts and finish reasons are read from the generated ids, not estimated from text.
+(`prefill_groups`), and with a prefix store (`evalgpu.engines._prefix`) a group's head starts
+from the longest prefix stored by an earlier group or wave: on a CPU, where prefill is most of
+the time for long sources, that is the larger saving. Token counts and finish reasons are
+read from the generated ids, not estimated from text.
 
 Soft verdicts. At a step where the constraint allows only tokens that start `true`, tokens
 that start `false`, and tokens of mere JSON punctuation or whitespace, and the row chooses a
@@ -46,6 +47,7 @@ from evalgpu.engines._parse import literal_class
 
 if TYPE_CHECKING:
     from evalgpu.engines._constraint import Constraint, Grammars
+    from evalgpu.engines._prefix import PrefixStore
 
 __all__ = [
     "Decoder",
@@ -133,7 +135,8 @@ class Slot:
     """The request's schema, as a constraint: the tokens allowed next."""
     prompt_tokens: int
     cached: int = 0
-    """Prompt tokens not computed for this request: a prefix shared with an earlier one."""
+    """Prompt tokens not computed for this request: a prefix shared with an earlier request of
+    its prefill group, or copied from the prefix store."""
     tokens: list[int] = field(default_factory=list)
     """Generated ids, the end token included (it counts as output, as in vLLM)."""
     finish: str | None = None
@@ -301,6 +304,9 @@ class Decoder:
             computed in chunks of this many tokens appended to the KV cache (`chunk_spans`).
         seed: set before decoding (decoding is greedy; the seed pins any tie-breaking).
         literals: `literal_masks` of the vocabulary, to read soft verdicts; None: no `p`.
+        prefix_store: KV caches of prefixes kept across waves (`evalgpu.engines._prefix`):
+            a prefill group's head starts from its longest stored prefix, and is stored.
+            None: a prefix is shared only within the wave.
     """
 
     def __init__(
@@ -317,6 +323,7 @@ class Decoder:
         seed: int,
         prefill_chunk: int = 1024,
         literals: Any = None,
+        prefix_store: PrefixStore | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -329,6 +336,7 @@ class Decoder:
         self.prefill_chunk = prefill_chunk
         self.seed = seed
         self.literals = literals
+        self.prefix_store = prefix_store
 
     def run(
         self,
@@ -374,9 +382,12 @@ class Decoder:
     ) -> None:
         """Prefill `group`'s prompts, choose their first tokens, and add them to the batch.
 
-        The shared `prefix` tokens are computed once, for one row, and that cache is copied to
-        every member; the rest of each prompt is computed on top of it, left-padded (so the
-        padding sits between the prefix and the remainder, masked, and position ids skip it).
+        The group's head (its shared `prefix`; with a prefix store, a lone prompt but its last
+        token) is computed once, for one row, and that cache is copied to every member; the
+        rest of each prompt is computed on top of it, left-padded (so the padding sits between
+        the head and the remainder, masked, and position ids skip it). With a store, the
+        head's longest stored prefix is copied instead of computed (when it saves at least
+        `min_reuse` tokens), and the head is stored for the groups and waves after it.
         Both are computed in chunks of at most `prefill_chunk` tokens (`chunk_spans`), each on
         top of the cache of the chunks before it: measured on SmolLM2, a 6,000-token prompt
         in one pass with a padding mask took 44 s and 1.2 GB above the model, in chunks of
@@ -384,13 +395,28 @@ class Decoder:
         """
         import torch
 
+        first = encoded[group[0]]
+        store = self.prefix_store
+        if store is not None and len(group) == 1 and len(first) - 1 >= store.min_reuse:
+            prefix = len(first) - 1  # the last token's logits come from the tail pass
         cache: Any = None
-        if prefix:
-            head = torch.tensor([encoded[group[0]][:prefix]], device=self.device)
-            for start, end in chunk_spans(prefix, 1, self.prefill_chunk):
+        reused = 0
+        if store is not None and prefix >= store.min_reuse:
+            entry, reused = store.longest(first[:prefix])
+            if entry is not None and reused >= store.min_reuse:
+                cache = store.cache(entry, reused)
+            else:
+                reused = 0
+        if prefix > reused:
+            head = torch.tensor([first[:prefix]], device=self.device)
+            for start, end in chunk_spans(prefix - reused, 1, self.prefill_chunk):
+                start, end = start + reused, end + reused
                 cache = self._forward(
                     head[:, start:end], None, torch.arange(start, end)[None], cache
                 )[self.cache_arg]
+            if store is not None and prefix >= store.min_reuse:
+                store.put(first[:prefix], cache)
+        if prefix and len(group) > 1:
             cache.batch_repeat_interleave(len(group))
         tails = self.tokenizer.pad(
             {"input_ids": [encoded[i][prefix:] for i in group]}, return_tensors="pt"
@@ -412,7 +438,8 @@ class Decoder:
                 max_tokens=max_tokens[i],
                 constraint=self.grammars.start(schemas[i]),
                 prompt_tokens=len(encoded[i]),
-                cached=prefix if n else 0,  # the first member paid for the prefix
+                # The first member computed the head but what the store gave; the others, none.
+                cached=prefix if n else reused,
             )
             for n, i in enumerate(group)
         ]
