@@ -156,3 +156,21 @@ def test_a_longer_entry_replaces_the_ones_it_extends():
 def test_the_budget_must_be_positive():
     with pytest.raises(ValueError, match="budget_bytes must be > 0, got 0"):
         PrefixStore(0)
+
+
+def test_a_row_with_padding_among_its_tokens_is_stored_without_it():
+    # A group member's cache: the group's head (3 columns), left padding (3), its tail (4).
+    store = PrefixStore(1 << 20)
+    store.new_wave()
+    cache = batch_cache(2, 10)
+    columns = torch.tensor([0, 1, 2, 6, 7, 8, 9])
+    assert store.put(tokens(0, 7), cache, row=1, columns=columns)
+    (entry,) = store.entries()
+    keys, values = entry.layers[0]
+    assert keys[0, 0, :, 0].tolist() == [100_000 + c for c in [0, 1, 2, 6, 7, 8, 9]]
+    assert torch.equal(values, cache.layers[0].values[1:2, :, columns])
+    assert store.nbytes == 7 * TOKEN_BYTES
+    cache.layers[0].keys.fill_(7.0)
+    assert keys[0, 0, 0, 0] == 100_000
+    with pytest.raises(ValueError, match="columns must hold one column per token, got 7 for 8"):
+        store.put(tokens(0, 8), cache, row=1, columns=columns)

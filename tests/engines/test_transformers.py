@@ -73,6 +73,18 @@ def test_prompts_of_one_source_share_their_prefix_in_one_prefill_group():
     assert by_member[3] == (0, [3])
 
 
+def test_prompts_whose_sources_are_stored_are_not_grouped_over_the_system_message():
+    system = list(range(100))
+    prompts = [system + [1000 + i for i in range(600)] + [1], system + [7] * 600 + [2]]
+    order = sorted(range(2), key=lambda i: prompts[i])
+    # Nothing stored: sources of one length share the system message in one group.
+    assert prefill_groups(prompts, order, max_tokens=8192) == [(100, order)]
+    # Both stored (the questions wave before): each alone copies its own source.
+    assert prefill_groups(prompts, order, 8192, {0: 700, 1: 700}) == [(0, [i]) for i in order]
+    # One stored: in a group its source would be computed again, in its tail.
+    assert prefill_groups(prompts, order, 8192, {0: 700}) == [(0, [i]) for i in order]
+
+
 def test_a_group_leaves_a_token_to_compute_and_respects_the_memory_bound():
     same = [1] * 50
     ((prefix, members),) = prefill_groups([same, same], [0, 1], max_tokens=8192)
@@ -497,27 +509,30 @@ class Verify(BaseModel):
     verdict: Supported
 
 
-def verify_request(claim: str) -> JudgeRequest:
-    user = f"{fence('source', LONG_SOURCE)}\n\n{VERIFY_TASK}\n\n{fence('claim', claim)}"
+def verify_request(source: str, claim: str) -> JudgeRequest:
+    user = f"{fence('source', source)}\n\n{VERIFY_TASK}\n\n{fence('claim', claim)}"
     return JudgeRequest("summarization.alignment", judge_chat(user), Verify, 40)
 
 
 @pytest.mark.slow
 def test_a_later_wave_reuses_the_stored_prefix_with_the_replies_of_none(smollm2):
-    # Wave 1 asks questions about the source; wave 2 verifies claims against it: every prompt
-    # starts with the system message and the source. With the store, wave 2 copies that
-    # prefix from wave 1 (a group of two, then a group of one: batch_size 2 for 3 requests)
-    # and must give the replies, and the p, of an engine without the store.
+    # Wave 1 asks questions about two sources; wave 2 verifies claims against them: each
+    # prompt starts with the system message and its source. With the store, wave 2 copies
+    # that prefix from wave 1 and must give the replies, and the p, of an engine without it.
+    # The two sources have about the same length, so wave 1 computes them in one group whose
+    # head is the system message only: each source is stored from its member's row.
     on = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32")
     off = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32", prefix_cache_mb=0)
-    wave1 = [questions_request(LONG_SOURCE, 2)]
+    sentences = LONG_SOURCE.split(". ")
+    other = ". ".join(sentences[::-1])  # other tokens after the system message
+    wave1 = [questions_request(LONG_SOURCE, 2), questions_request(other, 2)]
     wave1 = [JudgeRequest(r.tag, r.messages, r.schema, 60) for r in wave1]
     claims = [
         "The bridge opened in 1937.",
         "The towers rise 300 metres above the water.",
         "Irving Morrow chose the colour of the bridge.",
     ]
-    wave2 = [verify_request(claim) for claim in claims]
+    wave2 = [verify_request(LONG_SOURCE, c) for c in claims] + [verify_request(other, claims[0])]
     replies = {
         name: [e.generate(wave1), e.generate(wave2)] for name, e in (("on", on), ("off", off))
     }
@@ -526,8 +541,7 @@ def test_a_later_wave_reuses_the_stored_prefix_with_the_replies_of_none(smollm2)
         text = on._render(chat_for(request.messages, on.system_role))
         return list(on.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    shared = common_prefix(encode(wave1[0]), encode(wave2[0]))
-    assert shared > 400  # the system message and the source
+    assert max(r.cached_tokens for r in replies["on"][0]) > 0, "wave 1 was one group"
     for got, want in zip(replies["on"], replies["off"], strict=True):
         assert [r.text for r in got] == [r.text for r in want]
         assert [r.finish_reason for r in got] == [r.finish_reason for r in want]
@@ -536,8 +550,10 @@ def test_a_later_wave_reuses_the_stored_prefix_with_the_replies_of_none(smollm2)
     assert [v.supported for v in verdicts["on"]] == [v.supported for v in verdicts["off"]]
     assert all(v.p is not None for v in verdicts["off"])
     assert [v.p for v in verdicts["on"]] == pytest.approx([v.p for v in verdicts["off"]], abs=1e-4)
-    # Every wave-2 prompt was served the shared prefix at least; without the store, the first
-    # request of wave 2 computed it.
-    assert all(r.cached_tokens >= shared for r in replies["on"][1])
-    assert min(r.cached_tokens for r in replies["off"][1]) == 0
-    assert replies["on"][0][0].cached_tokens == 0  # wave 1 had nothing to reuse
+    # Every wave-2 prompt was served at least the prefix it shares with its source's wave-1
+    # prompt (the system message and the source); without the store, the first request of
+    # each source computed it.
+    shared = [common_prefix(encode(wave1[i > 2]), encode(r)) for i, r in enumerate(wave2)]
+    assert min(shared) > 400
+    assert all(r.cached_tokens >= n for r, n in zip(replies["on"][1], shared, strict=True))
+    assert sorted(r.cached_tokens for r in replies["off"][1])[:2] == [0, 0]

@@ -35,7 +35,7 @@ first tokens, not one token each: a tokenizer may spell the same choice several 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -83,7 +83,10 @@ def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def prefill_groups(
-    prompts: Sequence[Sequence[int]], order: Sequence[int], max_tokens: int
+    prompts: Sequence[Sequence[int]],
+    order: Sequence[int],
+    max_tokens: int,
+    stored: Mapping[int, int] | None = None,
 ) -> list[tuple[int, list[int]]]:
     """`order` cut into prefill groups: `(shared prefix length, members)`.
 
@@ -93,6 +96,13 @@ def prefill_groups(
     alone costs its length. Requests of one source (its alignment and questions prompts,
     every summary of it) share the instructions and the source, which is then computed once.
 
+    `stored` gives, by prompt index, how many of a prompt's first tokens the prefix store
+    holds (`evalgpu.engines._prefix`): they are copied, not computed, but only into a head
+    (a group's shared prefix, or a lone prompt but its last token). So a group's head costs
+    only what no member has stored, and two prompts whose sources are both stored are not
+    grouped over the system message they share (their sources would be computed again, in
+    the tails).
+
     `order` must be sorted by token list, so that prompts with a common prefix are neighbours;
     the cut into consecutive groups of least total cost is found by dynamic programming.
     `max_tokens` bounds k * S (memory). A group leaves at least one token per member to
@@ -100,21 +110,26 @@ def prefill_groups(
     """
     n = len(order)
     lengths = [len(prompts[i]) for i in order]
+    held = [(stored or {}).get(i, 0) for i in order]
     common = [0] + [shared_prefix(prompts[a], prompts[b]) for a, b in pairwise(order)]
     best = [0] + [0] * n  # best[j]: least cost of order[:j]
     cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)  # (start of the last group, its prefix)
     for j in range(1, n + 1):
-        best[j], cut[j] = best[j - 1] + lengths[j - 1], (j - 1, 0)
+        alone = lengths[j - 1] - min(held[j - 1], lengths[j - 1] - 1)
+        best[j], cut[j] = best[j - 1] + alone, (j - 1, 0)
         prefix, shortest, longest = lengths[j - 1], lengths[j - 1], lengths[j - 1]
+        most = held[j - 1]
         for i in range(j - 2, -1, -1):  # the group order[i:j]
             prefix = min(prefix, common[i + 1])
             shortest, longest = min(shortest, lengths[i]), max(longest, lengths[i])
+            most = max(most, held[i])
             p = min(prefix, shortest - 1)
             width = (j - i) * (longest - p)
             if width > max_tokens:
                 break
-            if best[i] + p + width < best[j]:
-                best[j], cut[j] = best[i] + p + width, (i, p)
+            cost = best[i] + p - min(p, most) + width
+            if cost < best[j]:
+                best[j], cut[j] = cost, (i, p)
     groups = []
     j = n
     while j:
@@ -363,13 +378,23 @@ class Decoder:
                 free = self.batch_size - len(batch)
                 if waiting and free >= min(admit_at, len(waiting)):
                     take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
-                    for prefix, group in prefill_groups(encoded, take, self.prefill_tokens):
+                    stored = self._stored(encoded, take)
+                    for prefix, group in prefill_groups(encoded, take, self.prefill_tokens, stored):
                         self._admit(batch, group, prefix, encoded, max_tokens, schemas)
                 else:
                     self._step(batch)
                 done += batch.drop_finished()
         trim()  # the wave's caches are freed: their pages go back to the system
         return done
+
+    def _stored(self, encoded: list[list[int]], take: list[int]) -> dict[int, int]:
+        """For each prompt of `take`, how many of its first tokens (all but the last at most)
+        the prefix store would give it (`prefill_groups` groups by it); empty without one."""
+        store = self.prefix_store
+        if store is None:
+            return {}
+        held = {i: store.longest(encoded[i][:-1])[1] for i in take}
+        return {i: n for i, n in held.items() if n >= store.min_reuse}
 
     def _admit(
         self,
@@ -432,6 +457,8 @@ class Decoder:
                 cache,
             )
             cache = out[self.cache_arg]
+        if store is not None:
+            self._store_members(store, group, prefix, encoded, cache, mask)
         slots = [
             Slot(
                 at=i,
@@ -445,6 +472,25 @@ class Decoder:
         ]
         self._choose(slots, out.logits[:, -1, :])
         batch.join(slots, cache, mask)
+
+    def _store_members(
+        self,
+        store: PrefixStore,
+        group: list[int],
+        prefix: int,
+        encoded: list[list[int]],
+        cache: Any,
+        mask: Any,
+    ) -> None:
+        """Store the whole prompt of each member of which the tail is most (longer than the
+        group's head): the head is stored already, and what a later wave shares with such a
+        prompt (its source, after a system message that grouped it with other sources) was
+        computed in the tail pass. A member that is mostly the head (one of a source's
+        verify calls) adds to the store only its own few tokens, and is not stored.
+        """
+        for row, i in enumerate(group):
+            if len(encoded[i]) - prefix > prefix and len(encoded[i]) >= store.min_reuse:
+                store.put(encoded[i], cache, row, columns=mask[row].nonzero().flatten())
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
         """One prefill forward pass of `ids` on top of `cache` (None: a new `growing_cache`)."""

@@ -128,31 +128,42 @@ class PrefixStore:
             cache.update(keys[:, :, :length], values[:, :, :length], i)
         return cache
 
-    def put(self, tokens: Sequence[int], cache: Any, row: int = 0) -> bool:
-        """Store a copy of `cache`'s first `len(tokens)` columns of `row`, if it fits; whether
+    def put(self, tokens: Sequence[int], cache: Any, row: int = 0, columns: Any = None) -> bool:
+        """Store a copy of `row`'s keys and values of `tokens` in `cache`, if it fits; whether
         it was stored.
 
-        An entry for the same tokens is only marked used. Entries whose tokens are a prefix
-        of `tokens` are dropped when the new one is stored: it serves every lookup they would.
+        `columns` (an index tensor) are the row's cache columns that hold `tokens`, in order,
+        when padding sits among them (a group's member: its head, then its left-padded
+        tail); None: the first `len(tokens)`. An entry for the same tokens is only marked
+        used. Entries whose tokens are a prefix of `tokens` are dropped when the new one is
+        stored: it serves every lookup they would.
         """
         key = tuple(tokens)
         if key in self._entries:
             self.use(self._entries[key])
             return True
         n = len(key)
-        views = [
-            (layer.keys[row : row + 1, :, :n], layer.values[row : row + 1, :, :n])
-            for layer in cache.layers
-        ]
+        if columns is not None and len(columns) != n:
+            raise ValueError(f"columns must hold one column per token, got {len(columns)} for {n}")
+        heads = [(layer.keys, layer.values) for layer in cache.layers]
         nbytes = sum(
-            k.nelement() * k.element_size() + v.nelement() * v.element_size() for k, v in views
+            n
+            * (k[0, :, 0].nelement() * k.element_size() + v[0, :, 0].nelement() * v.element_size())
+            for k, v in heads
         )
         subsumed = [k for k in self._entries if len(k) < n and key[: len(k)] == k]
         if not self._make_room(nbytes, subsumed):
             return False
         for k in subsumed:
             self._drop(k)
-        layers = [(k.clone(), v.clone()) for k, v in views]
+        if columns is None:
+            layers = [
+                (k[row : row + 1, :, :n].clone(), v[row : row + 1, :, :n].clone()) for k, v in heads
+            ]
+        else:  # indexing copies
+            layers = [
+                (k[row : row + 1, :, columns], v[row : row + 1, :, columns]) for k, v in heads
+            ]
         self._entries[key] = PrefixEntry(list(key), layers, nbytes, self.wave)
         self.nbytes += nbytes
         return True
