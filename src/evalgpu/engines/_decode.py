@@ -424,23 +424,7 @@ class Decoder:
         store = self.prefix_store
         if store is not None and len(group) == 1 and len(first) - 1 >= store.min_reuse:
             prefix = len(first) - 1  # the last token's logits come from the tail pass
-        cache: Any = None
-        reused = 0
-        if store is not None and prefix >= store.min_reuse:
-            entry, reused = store.longest(first[:prefix])
-            if entry is not None and reused >= store.min_reuse:
-                cache = store.cache(entry, reused)
-            else:
-                reused = 0
-        if prefix > reused:
-            head = torch.tensor([first[:prefix]], device=self.device)
-            for start, end in chunk_spans(prefix - reused, 1, self.prefill_chunk):
-                start, end = start + reused, end + reused
-                cache = self._forward(
-                    head[:, start:end], None, torch.arange(start, end)[None], cache
-                )[self.cache_arg]
-            if store is not None and prefix >= store.min_reuse:
-                store.put(first[:prefix], cache)
+        cache, reused = self._head(first[:prefix])
         if prefix and len(group) > 1:
             cache.batch_repeat_interleave(len(group))
         tails = self.tokenizer.pad(
@@ -472,6 +456,33 @@ class Decoder:
         ]
         self._choose(slots, out.logits[:, -1, :])
         batch.join(slots, cache, mask)
+
+    def _head(self, head: list[int]) -> tuple[Any, int]:
+        """The KV cache of a group's `head` (None when empty), one row, and how many of its
+        tokens were copied from the prefix store rather than computed.
+
+        The longest stored prefix is copied when it saves `min_reuse` tokens; the rest is
+        computed on top of it in chunks (`chunk_spans`), and the head is stored.
+        """
+        import torch
+
+        store, cache, reused = self.prefix_store, None, 0
+        if store is not None and len(head) >= store.min_reuse:
+            entry, reused = store.longest(head)
+            if entry is not None and reused >= store.min_reuse:
+                cache = store.cache(entry, reused)
+            else:
+                reused = 0
+        if len(head) > reused:
+            ids = torch.tensor([head], device=self.device)
+            for start, end in chunk_spans(len(head) - reused, 1, self.prefill_chunk):
+                start, end = start + reused, end + reused
+                cache = self._forward(
+                    ids[:, start:end], None, torch.arange(start, end)[None], cache
+                )[self.cache_arg]
+            if store is not None and len(head) >= store.min_reuse:
+                store.put(head, cache)
+        return cache, reused
 
     def _store_members(
         self,

@@ -5,8 +5,9 @@ wave, `evalgpu.engines._decode.prefill_groups`), but the scorers' calls about on
 in successive waves: the questions call first, then one verify call per claim and per
 question, each prompt the same instructions and source followed by what varies. On a CPU the
 prefill of a ~1,000-token source is most of a wave's time, and without a store every wave
-computes it again. `PrefixStore` keeps, for each prefill group's head (its shared prefix), the
-KV cache of exactly those tokens, one row; a later group whose head starts with the same
+computes it again. `PrefixStore` keeps the KV cache of exactly a token sequence, one row: each
+prefill group's head (its shared prefix), and each prompt computed mostly apart from its
+group's head (see `Decoder._store_members`); a later group whose head starts with the same
 tokens copies that cache and computes only the rest.
 
 Bounded two ways, so that memory stays flat over a run of many chunks:
@@ -19,8 +20,10 @@ Bounded two ways, so that memory stays flat over a run of many chunks:
 - an age: at the start of each wave, entries unused in the two waves before it are dropped
   (a chunk's sources are not seen again once its waves are done).
 
-Entries hold copies (`clone`), never views of the batch cache: the decode loop writes into
-its cache in place (`evalgpu.engines._kvcache.GrowingLayer`), and copies to a group's rows.
+Entries hold copies, never views of the batch cache: the decode loop writes into its cache in
+place (`evalgpu.engines._kvcache.GrowingLayer`), so a view could change under an entry. Copies
+of shared prefixes are not shared between entries (a source's questions prompt and its verify
+calls' head each hold the source): simple, at the cost of budget.
 """
 
 from __future__ import annotations
@@ -33,15 +36,16 @@ from typing import Any
 __all__ = ["MIN_REUSE", "PrefixEntry", "PrefixStore", "common_prefix"]
 
 MIN_REUSE = 16
-"""Fewest matching tokens worth a copy of a stored cache: below, the copy (one per layer)
-costs about what computing the tokens would, and a system prompt's few tokens are all that
-prompts of different sources share."""
+"""Fewest matching tokens for which a stored cache is copied, and fewest tokens of an entry:
+fewer save next to nothing (a chat template's opening tokens) for a copy of every layer.
+A guard, not a measured optimum."""
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the common prefix of two token lists (a binary search over slice equality,
     which compares in C: a store lookup compares every entry with a ~1,000-token head)."""
-    a, b = list(a), list(b)
+    a = a if isinstance(a, list) else list(a)
+    b = b if isinstance(b, list) else list(b)
     lo, hi = 0, min(len(a), len(b))
     if a[:hi] == b[:hi]:
         return hi
