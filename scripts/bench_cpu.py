@@ -104,6 +104,9 @@ def child(model: str, compute: str, threads: int, attn: str | None) -> dict[str,
         threads=threads,
         batch_size=WAVE,
         attn_implementation=attn,
+        # Compute speed: the warm-up call's prompt would otherwise serve the wave's first
+        # (scripts/bench_prefix.py measures the store).
+        prefix_cache_mb=0,
     )
     out: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 1)}
     out["compute"], out["threads"] = engine.compute, engine.threads

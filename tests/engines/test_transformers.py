@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
@@ -24,11 +25,12 @@ from evalgpu.engines._decode import (
     shared_prefix,
     true_probability,
 )
+from evalgpu.engines._prefix import common_prefix
 from evalgpu.engines.transformers import TransformersEngine, chat_for
-from evalgpu.prompting import judge_chat
+from evalgpu.prompting import fence, judge_chat
 from evalgpu.scorers.context_recall import claims_request
 from evalgpu.scorers.summarization import alignment_request, coverage_request, questions_request
-from evalgpu.verdicts import Reason
+from evalgpu.verdicts import Reason, Verdict
 
 # -- the pure adapter --------------------------------------------------------------------
 
@@ -70,6 +72,18 @@ def test_prompts_of_one_source_share_their_prefix_in_one_prefill_group():
     assert prefix == 700  # instructions and source A: computed once for three prompts
     # Source B shares only the instructions: 100 tokens saved would cost 3 * 600 of padding.
     assert by_member[3] == (0, [3])
+
+
+def test_prompts_whose_sources_are_stored_are_not_grouped_over_the_system_message():
+    system = list(range(100))
+    prompts = [system + [1000 + i for i in range(600)] + [1], system + [7] * 600 + [2]]
+    order = sorted(range(2), key=lambda i: prompts[i])
+    # Nothing stored: sources of one length share the system message in one group.
+    assert prefill_groups(prompts, order, max_tokens=8192) == [(100, order)]
+    # Both stored (the questions wave before): each alone copies its own source.
+    assert prefill_groups(prompts, order, 8192, {0: 700, 1: 700}) == [(0, [i]) for i in order]
+    # One stored: in a group its source would be computed again, in its tail.
+    assert prefill_groups(prompts, order, 8192, {0: 700}) == [(0, [i]) for i in order]
 
 
 def test_a_group_leaves_a_token_to_compute_and_respects_the_memory_bound():
@@ -179,6 +193,8 @@ def test_options_are_checked_before_loading_anything():
         TransformersEngine("/nowhere", compute="fp8")
     with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
         TransformersEngine("/nowhere", threads=0)
+    with pytest.raises(ValueError, match="prefix_cache_mb must be >= 0, got -1"):
+        TransformersEngine("/nowhere", prefix_cache_mb=-1)
 
 
 # -- what the engine computes in (pure: CPU flags in, choice out) ---------------------------
@@ -324,8 +340,11 @@ def test_context_recall_end_to_end(default_judge):
 @pytest.mark.slow
 def test_continuous_batching_gives_the_replies_of_one_request_at_a_time(engine):
     # batch_size 2 for 5 requests: rows join and leave mid-flight, prompts of one source
-    # share a prefix, and schemas mix in one batch. Greedy decoding must not notice.
-    small = TransformersEngine(engine.model_path, batch_size=2, compute="float32")
+    # share a prefix, and schemas mix in one batch. Greedy decoding must not notice. No
+    # prefix store: each request alone must compute its whole prompt.
+    small = TransformersEngine(
+        engine.model_path, batch_size=2, compute="float32", prefix_cache_mb=0
+    )
     requests = [
         alignment_request(SOURCE, SUMMARY),
         questions_request(SOURCE, 2),
@@ -451,8 +470,11 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
 def test_chunked_prefill_gives_the_replies_of_one_pass(smollm2):
     # Chunks of 48 tokens: every prompt here (~200-300 tokens) is prefilled in several chunks,
     # its shared prefix too, and a group's tails in chunks of 48 / rows columns. bfloat16
-    # (the CPU default) rounds differently in chunks; float32 is the reference.
-    engine = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32")
+    # (the CPU default) rounds differently in chunks; float32 is the reference. No prefix
+    # store: the second wave would copy the first's prefixes instead of computing them.
+    engine = TransformersEngine(
+        smollm2.model_path, batch_size=2, compute="float32", prefix_cache_mb=0
+    )
     requests = [
         alignment_request(SOURCE, SUMMARY),
         questions_request(SOURCE, 2),
@@ -467,3 +489,86 @@ def test_chunked_prefill_gives_the_replies_of_one_pass(smollm2):
     assert [r.text for r in chunked] == [r.text for r in whole]
     assert [r.output_tokens for r in chunked] == [r.output_tokens for r in whole]
     assert sum(r.cached_tokens for r in chunked) > 0
+
+
+# A source of ~450 tokens, and verify-like calls: the verdict only, so replies are short.
+LONG_SOURCE = " ".join(
+    [
+        SOURCE,
+        "Construction began on January 5, 1933, and took just over four years.",
+        "The bridge was painted International Orange, a colour chosen by the consulting",
+        "architect Irving Morrow because it suited the natural setting and stood out in fog.",
+        "At its opening it had the longest main span of any suspension bridge in the world,",
+        "a record it held until 1964, when the Verrazzano-Narrows Bridge opened in New York.",
+        "Eleven workers died during its construction, ten of them in a single accident on",
+        "February 17, 1937, when a scaffold fell through the safety net under the deck.",
+        "The net itself saved the lives of nineteen men, who became known as the",
+        "Halfway to Hell Club. The two main cables are each 92 centimetres thick and contain",
+        "27,572 strands of wire. The towers rise 227 metres above the water. On its fiftieth",
+        "anniversary, in May 1987, about 300,000 people crowded onto the deck, which flattened",
+        "under their weight. Today around 112,000 vehicles cross the bridge every day, and a",
+        "toll is charged only to traffic heading south into San Francisco.",
+    ]
+)
+VERIFY_TASK = "Task: judge whether the source supports the claim below. Give the verdict only."
+
+
+class Supported(Verdict):
+    """A verify-like verdict: one boolean, so that a reply is a few tokens."""
+
+    supported: bool
+
+
+class Verify(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    verdict: Supported
+
+
+def verify_request(source: str, claim: str) -> JudgeRequest:
+    user = f"{fence('source', source)}\n\n{VERIFY_TASK}\n\n{fence('claim', claim)}"
+    return JudgeRequest("summarization.alignment", judge_chat(user), Verify, 40)
+
+
+@pytest.mark.slow
+def test_a_later_wave_reuses_the_stored_prefix_with_the_replies_of_none(smollm2):
+    # Wave 1 asks questions about two sources; wave 2 verifies claims against them: each
+    # prompt starts with the system message and its source. With the store, wave 2 copies
+    # that prefix from wave 1 and must give the replies, and the p, of an engine without it.
+    # The two sources have about the same length, so wave 1 computes them in one group whose
+    # head is the system message only: each source is stored from its member's row.
+    on = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32")
+    off = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32", prefix_cache_mb=0)
+    sentences = LONG_SOURCE.split(". ")
+    other = ". ".join(sentences[::-1])  # other tokens after the system message
+    wave1 = [questions_request(LONG_SOURCE, 2), questions_request(other, 2)]
+    wave1 = [JudgeRequest(r.tag, r.messages, r.schema, 60) for r in wave1]
+    claims = [
+        "The bridge opened in 1937.",
+        "The towers rise 300 metres above the water.",
+        "Irving Morrow chose the colour of the bridge.",
+    ]
+    wave2 = [verify_request(LONG_SOURCE, c) for c in claims] + [verify_request(other, claims[0])]
+    replies = {
+        name: [e.generate(wave1), e.generate(wave2)] for name, e in (("on", on), ("off", off))
+    }
+
+    def encode(request: JudgeRequest) -> list[int]:
+        text = on._render(chat_for(request.messages, on.system_role))
+        return list(on.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    assert max(r.cached_tokens for r in replies["on"][0]) > 0, "wave 1 was one group"
+    for got, want in zip(replies["on"], replies["off"], strict=True):
+        assert [r.text for r in got] == [r.text for r in want]
+        assert [r.finish_reason for r in got] == [r.finish_reason for r in want]
+        assert [r.prompt_tokens for r in got] == [r.prompt_tokens for r in want]
+    verdicts = {name: [r.parsed.verdict for r in waves[1]] for name, waves in replies.items()}
+    assert [v.supported for v in verdicts["on"]] == [v.supported for v in verdicts["off"]]
+    assert all(v.p is not None for v in verdicts["off"])
+    assert [v.p for v in verdicts["on"]] == pytest.approx([v.p for v in verdicts["off"]], abs=1e-4)
+    # Every wave-2 prompt was served at least the prefix it shares with its source's wave-1
+    # prompt (the system message and the source); without the store, the first request of
+    # each source computed it.
+    shared = [common_prefix(encode(wave1[i > 2]), encode(r)) for i, r in enumerate(wave2)]
+    assert min(shared) > 400
+    assert all(r.cached_tokens >= n for r, n in zip(replies["on"][1], shared, strict=True))
+    assert sorted(r.cached_tokens for r in replies["off"][1])[:2] == [0, 0]

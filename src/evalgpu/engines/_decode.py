@@ -19,9 +19,10 @@ leaves the batch the step it ends and a waiting request takes its place, so ever
 carries its own constraint (`evalgpu.engines._constraint.Constraint`: the tokens its schema
 allows next, computed lazily by llguidance). Prompts that share a prefix (one source's
 alignment and questions prompts, and every summary of that source) compute it once
-(`prefill_groups`): on a CPU, where prefill is most of the time for long sources, that is the
-larger saving. Token
-counts and finish reasons are read from the generated ids, not estimated from text.
+(`prefill_groups`), and with a prefix store (`evalgpu.engines._prefix`) a group's head starts
+from the longest prefix stored by an earlier group or wave: on a CPU, where prefill is most of
+the time for long sources, that is the larger saving. Token counts and finish reasons are
+read from the generated ids, not estimated from text.
 
 Soft verdicts. At a step where the constraint allows only tokens that start `true`, tokens
 that start `false`, and tokens of mere JSON punctuation or whitespace, and the row chooses a
@@ -34,7 +35,7 @@ first tokens, not one token each: a tokenizer may spell the same choice several 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ from evalgpu.engines._parse import literal_class
 
 if TYPE_CHECKING:
     from evalgpu.engines._constraint import Constraint, Grammars
+    from evalgpu.engines._prefix import PrefixStore
 
 __all__ = [
     "Decoder",
@@ -81,7 +83,10 @@ def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def prefill_groups(
-    prompts: Sequence[Sequence[int]], order: Sequence[int], max_tokens: int
+    prompts: Sequence[Sequence[int]],
+    order: Sequence[int],
+    max_tokens: int,
+    stored: Mapping[int, int] | None = None,
 ) -> list[tuple[int, list[int]]]:
     """`order` cut into prefill groups: `(shared prefix length, members)`.
 
@@ -91,6 +96,13 @@ def prefill_groups(
     alone costs its length. Requests of one source (its alignment and questions prompts,
     every summary of it) share the instructions and the source, which is then computed once.
 
+    `stored` gives, by prompt index, how many of a prompt's first tokens the prefix store
+    holds (`evalgpu.engines._prefix`): they are copied, not computed, but only into a head
+    (a group's shared prefix, or a lone prompt but its last token). So a group's head costs
+    only what no member has stored, and two prompts whose sources are both stored are not
+    grouped over the system message they share (their sources would be computed again, in
+    the tails).
+
     `order` must be sorted by token list, so that prompts with a common prefix are neighbours;
     the cut into consecutive groups of least total cost is found by dynamic programming.
     `max_tokens` bounds k * S (memory). A group leaves at least one token per member to
@@ -98,21 +110,26 @@ def prefill_groups(
     """
     n = len(order)
     lengths = [len(prompts[i]) for i in order]
+    held = [(stored or {}).get(i, 0) for i in order]
     common = [0] + [shared_prefix(prompts[a], prompts[b]) for a, b in pairwise(order)]
     best = [0] + [0] * n  # best[j]: least cost of order[:j]
     cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)  # (start of the last group, its prefix)
     for j in range(1, n + 1):
-        best[j], cut[j] = best[j - 1] + lengths[j - 1], (j - 1, 0)
+        alone = lengths[j - 1] - min(held[j - 1], lengths[j - 1] - 1)
+        best[j], cut[j] = best[j - 1] + alone, (j - 1, 0)
         prefix, shortest, longest = lengths[j - 1], lengths[j - 1], lengths[j - 1]
+        most = held[j - 1]
         for i in range(j - 2, -1, -1):  # the group order[i:j]
             prefix = min(prefix, common[i + 1])
             shortest, longest = min(shortest, lengths[i]), max(longest, lengths[i])
+            most = max(most, held[i])
             p = min(prefix, shortest - 1)
             width = (j - i) * (longest - p)
             if width > max_tokens:
                 break
-            if best[i] + p + width < best[j]:
-                best[j], cut[j] = best[i] + p + width, (i, p)
+            cost = best[i] + p - min(p, most) + width
+            if cost < best[j]:
+                best[j], cut[j] = cost, (i, p)
     groups = []
     j = n
     while j:
@@ -133,7 +150,8 @@ class Slot:
     """The request's schema, as a constraint: the tokens allowed next."""
     prompt_tokens: int
     cached: int = 0
-    """Prompt tokens not computed for this request: a prefix shared with an earlier one."""
+    """Prompt tokens not computed for this request: a prefix shared with an earlier request of
+    its prefill group, or copied from the prefix store."""
     tokens: list[int] = field(default_factory=list)
     """Generated ids, the end token included (it counts as output, as in vLLM)."""
     finish: str | None = None
@@ -301,6 +319,9 @@ class Decoder:
             computed in chunks of this many tokens appended to the KV cache (`chunk_spans`).
         seed: set before decoding (decoding is greedy; the seed pins any tie-breaking).
         literals: `literal_masks` of the vocabulary, to read soft verdicts; None: no `p`.
+        prefix_store: KV caches of prefixes kept across waves (`evalgpu.engines._prefix`):
+            a prefill group's head starts from its longest stored prefix, and is stored.
+            None: a prefix is shared only within the wave.
     """
 
     def __init__(
@@ -317,6 +338,7 @@ class Decoder:
         seed: int,
         prefill_chunk: int = 1024,
         literals: Any = None,
+        prefix_store: PrefixStore | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -329,6 +351,7 @@ class Decoder:
         self.prefill_chunk = prefill_chunk
         self.seed = seed
         self.literals = literals
+        self.prefix_store = prefix_store
 
     def run(
         self,
@@ -355,13 +378,23 @@ class Decoder:
                 free = self.batch_size - len(batch)
                 if waiting and free >= min(admit_at, len(waiting)):
                     take = [waiting.popleft() for _ in range(min(free, len(waiting)))]
-                    for prefix, group in prefill_groups(encoded, take, self.prefill_tokens):
+                    stored = self._stored(encoded, take)
+                    for prefix, group in prefill_groups(encoded, take, self.prefill_tokens, stored):
                         self._admit(batch, group, prefix, encoded, max_tokens, schemas)
                 else:
                     self._step(batch)
                 done += batch.drop_finished()
         trim()  # the wave's caches are freed: their pages go back to the system
         return done
+
+    def _stored(self, encoded: list[list[int]], take: list[int]) -> dict[int, int]:
+        """For each prompt of `take`, how many of its first tokens (all but the last at most)
+        the prefix store would give it (`prefill_groups` groups by it); empty without one."""
+        store = self.prefix_store
+        if store is None:
+            return {}
+        held = {i: store.longest(encoded[i][:-1])[1] for i in take}
+        return {i: n for i, n in held.items() if n >= store.min_reuse}
 
     def _admit(
         self,
@@ -374,9 +407,12 @@ class Decoder:
     ) -> None:
         """Prefill `group`'s prompts, choose their first tokens, and add them to the batch.
 
-        The shared `prefix` tokens are computed once, for one row, and that cache is copied to
-        every member; the rest of each prompt is computed on top of it, left-padded (so the
-        padding sits between the prefix and the remainder, masked, and position ids skip it).
+        The group's head (its shared `prefix`; with a prefix store, a lone prompt but its last
+        token) is computed once, for one row, and that cache is copied to every member; the
+        rest of each prompt is computed on top of it, left-padded (so the padding sits between
+        the head and the remainder, masked, and position ids skip it). With a store, the
+        head's longest stored prefix is copied instead of computed (when it saves at least
+        `min_reuse` tokens), and the head is stored for the groups and waves after it.
         Both are computed in chunks of at most `prefill_chunk` tokens (`chunk_spans`), each on
         top of the cache of the chunks before it: measured on SmolLM2, a 6,000-token prompt
         in one pass with a padding mask took 44 s and 1.2 GB above the model, in chunks of
@@ -384,13 +420,12 @@ class Decoder:
         """
         import torch
 
-        cache: Any = None
-        if prefix:
-            head = torch.tensor([encoded[group[0]][:prefix]], device=self.device)
-            for start, end in chunk_spans(prefix, 1, self.prefill_chunk):
-                cache = self._forward(
-                    head[:, start:end], None, torch.arange(start, end)[None], cache
-                )[self.cache_arg]
+        first = encoded[group[0]]
+        store = self.prefix_store
+        if store is not None and len(group) == 1 and len(first) - 1 >= store.min_reuse:
+            prefix = len(first) - 1  # the last token's logits come from the tail pass
+        cache, reused = self._head(first[:prefix])
+        if prefix and len(group) > 1:
             cache.batch_repeat_interleave(len(group))
         tails = self.tokenizer.pad(
             {"input_ids": [encoded[i][prefix:] for i in group]}, return_tensors="pt"
@@ -406,18 +441,67 @@ class Decoder:
                 cache,
             )
             cache = out[self.cache_arg]
+        if store is not None:
+            self._store_members(store, group, prefix, encoded, cache, mask)
         slots = [
             Slot(
                 at=i,
                 max_tokens=max_tokens[i],
                 constraint=self.grammars.start(schemas[i]),
                 prompt_tokens=len(encoded[i]),
-                cached=prefix if n else 0,  # the first member paid for the prefix
+                # The first member computed the head but what the store gave; the others, none.
+                cached=prefix if n else reused,
             )
             for n, i in enumerate(group)
         ]
         self._choose(slots, out.logits[:, -1, :])
         batch.join(slots, cache, mask)
+
+    def _head(self, head: list[int]) -> tuple[Any, int]:
+        """The KV cache of a group's `head` (None when empty), one row, and how many of its
+        tokens were copied from the prefix store rather than computed.
+
+        The longest stored prefix is copied when it saves `min_reuse` tokens; the rest is
+        computed on top of it in chunks (`chunk_spans`), and the head is stored.
+        """
+        import torch
+
+        store, cache, reused = self.prefix_store, None, 0
+        if store is not None and len(head) >= store.min_reuse:
+            entry, reused = store.longest(head)
+            if entry is not None and reused >= store.min_reuse:
+                cache = store.cache(entry, reused)
+            else:
+                reused = 0
+        if len(head) > reused:
+            ids = torch.tensor([head], device=self.device)
+            for start, end in chunk_spans(len(head) - reused, 1, self.prefill_chunk):
+                start, end = start + reused, end + reused
+                cache = self._forward(
+                    ids[:, start:end], None, torch.arange(start, end)[None], cache
+                )[self.cache_arg]
+            if store is not None and len(head) >= store.min_reuse:
+                store.put(head, cache)
+        return cache, reused
+
+    def _store_members(
+        self,
+        store: PrefixStore,
+        group: list[int],
+        prefix: int,
+        encoded: list[list[int]],
+        cache: Any,
+        mask: Any,
+    ) -> None:
+        """Store the whole prompt of each member of which the tail is most (longer than the
+        group's head): the head is stored already, and what a later wave shares with such a
+        prompt (its source, after a system message that grouped it with other sources) was
+        computed in the tail pass. A member that is mostly the head (one of a source's
+        verify calls) adds to the store only its own few tokens, and is not stored.
+        """
+        for row, i in enumerate(group):
+            if len(encoded[i]) - prefix > prefix and len(encoded[i]) >= store.min_reuse:
+                store.put(encoded[i], cache, row, columns=mask[row].nonzero().flatten())
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
         """One prefill forward pass of `ids` on top of `cache` (None: a new `growing_cache`)."""

@@ -4,7 +4,9 @@ A thin adapter, like outlines' own backend files: `chat_for` (the chat a model's
 take), and `TransformersEngine`, which loads the model and tokenizer, renders and tokenizes the
 prompts, refuses those over the context length, hands the rest to the decode loop
 (`evalgpu.engines._decode`: continuous batching, shared-prefix prefill, one constraint per
-row) and turns the finished slots into replies with `reply_from_text`, like every engine.
+row) with its prefix store (`evalgpu.engines._prefix`: a source's prefix computed in one wave
+serves the next waves) and turns the finished slots into replies with `reply_from_text`, like
+every engine.
 The constraints come from llguidance (`evalgpu.engines._constraint`), the grammar engine of
 outlines' llguidance backend, driven directly: it compiles a schema lazily, in milliseconds,
 where outlines-core's eager index took minutes and gigabytes on a 151k-token vocabulary.
@@ -26,6 +28,7 @@ from evalgpu.engines._constraint import Grammars
 from evalgpu.engines._decode import Decoder, Slot, literal_masks
 from evalgpu.engines._heap import map_large_blocks
 from evalgpu.engines._parse import reply_from_text
+from evalgpu.engines._prefix import PrefixStore
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
 
@@ -79,6 +82,10 @@ class TransformersEngine:
             computed in chunks appended to the KV cache, so that activations and attention
             scores are bounded by chunk x length, not length x length (see
             `evalgpu.engines._decode.chunk_spans`). Replies are the same up to float rounding.
+        prefix_cache_mb: the byte budget, in MiB, of the prefix store, which keeps the KV
+            caches of prompt prefixes across `generate` calls (`evalgpu.engines._prefix`:
+            a source's prefix is computed once for the questions wave and the verify wave
+            after it); 0 turns it off. Replies are the same up to float rounding.
     """
 
     name = "transformers"
@@ -98,6 +105,7 @@ class TransformersEngine:
         seed: int = 0,
         prefill_tokens: int = 8192,
         prefill_chunk: int = 1024,
+        prefix_cache_mb: int = 1024,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -105,6 +113,8 @@ class TransformersEngine:
             raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {compute!r}")
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        if prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         import torch
@@ -122,6 +132,7 @@ class TransformersEngine:
         self.seed = seed
         self.prefill_tokens = prefill_tokens
         self.prefill_chunk = prefill_chunk
+        self.prefix_store = PrefixStore(prefix_cache_mb << 20) if prefix_cache_mb else None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer: Any = cast(Any, AutoTokenizer.from_pretrained(model_path))
         self.tokenizer.padding_side = "left"
@@ -252,7 +263,10 @@ class TransformersEngine:
             literals=self._literal_masks()
             if any(has_soft_verdicts(r.schema) for r in requests)
             else None,
+            prefix_store=self.prefix_store,
         )
+        if self.prefix_store is not None:
+            self.prefix_store.new_wave()  # one wave per generate: old entries expire
         for request in requests:
             self.index(request.schema)  # a schema that does not compile fails before decoding
         return decoder.run(encoded, [r.max_tokens for r in requests], [r.schema for r in requests])
