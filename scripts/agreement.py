@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 import time
 from collections import Counter
@@ -268,8 +269,22 @@ def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any
         }
         if kind == "faithfulness":
             row["human_score"] = record.get("human_score")
+        if kind != "attribution" and result.error is None:
+            claims = [v["claim"] for v in result.preprocess_step_result.get("alignment", [])]
+            row["claims_in_summary"] = [
+                sum(in_text(c, record["summary"]) for c in claims),
+                len(claims),
+            ]
         rows.append(row)
     return rows
+
+
+def in_text(claim: str, text: str) -> bool:
+    """Whether most of a claim's words (over half, case folded) occur in `text`: a claim listed
+    from a summary should be in the summary's words, not the source's."""
+    words = re.findall(r"\w+", claim.casefold())
+    present = set(re.findall(r"\w+", text.casefold()))
+    return bool(words) and sum(w in present for w in words) > len(words) / 2
 
 
 def value(row: dict[str, Any], name: str) -> float | None:
@@ -289,6 +304,10 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
         "invalid": len(rows) - len(ok) - long,
         "too_long": long,
     }
+    counted = [r["claims_in_summary"] for r in ok if "claims_in_summary" in r]
+    if counted:
+        inside, claims = (sum(c[i] for c in counted) for i in (0, 1))
+        out["claims_in_summary"] = {"claims": claims, "share": inside / claims if claims else None}
     if len(ok) < 2:
         return out
 
@@ -494,6 +513,12 @@ def print_table(out: dict[str, Any], name: str, design: str = DEFAULT) -> None:
     print("|---|---:|---|")
     if "pairs" in out:
         print(f"| pairs scored | {out['pairs_scored']} of {out['pairs']} | |")
+    inside = out.get("claims_in_summary")
+    if inside and inside["share"] is not None:
+        print(
+            f"| claims with most words in the summary | {inside['share']:.3f} "
+            f"| of {inside['claims']} |"
+        )
     for metric, m in out.items():
         if isinstance(m, dict) and "value" in m:
             lo, hi = m["ci95"]

@@ -39,8 +39,12 @@ def evalgpu_design(kind: str, engine: Any, scale: float, max_questions: int) -> 
     """The product's scorers (hard verdicts; the soft axes come with them)."""
     if kind == "attribution":
         # Every row brings its own context; the static one only satisfies the factory.
-        return create_context_recall_scorer(engine, context=["(per row)"], scale=scale)
-    return create_summarization_scorer(engine, max_questions=max_questions, scale=scale)
+        return create_context_recall_scorer(
+            engine, context=["(per row)"], scale=scale, verdicts="hard"
+        )
+    return create_summarization_scorer(
+        engine, max_questions=max_questions, scale=scale, verdicts="hard"
+    )
 
 
 DESIGNS: dict[str, Factory] = {

@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO, TypedDict
 
 from evalgpu.engines import BACKENDS, COMPUTES
 from evalgpu.evaluation import evaluate
+from evalgpu.models import verdicts_for
 from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.storage import ConfigError
 from evalgpu.sweep import Progress
@@ -117,9 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--verdicts",
         choices=("hard", "soft"),
-        default="hard",
+        default=None,
         help="hard: share of true verdicts (the reference); soft: mean probability of true, "
-        "read from the judge's logits (default: hard)",
+        "read from the judge's logits (default: the one measured to agree best with people "
+        "for the judge, which its preset names: soft for the default judge; else hard)",
     )
     run.add_argument(
         "--map",
@@ -289,6 +291,13 @@ def _run(args: argparse.Namespace) -> int:
                 scorers = settings.build_scorers(engine)
             except ValueError as exc:
                 return _fail("run", str(exc), 2)
+            if settings.verdicts is None:
+                mode, why = verdicts_for(engine)
+                other = "hard" if mode == "soft" else "soft"
+                print(
+                    f"evalgpu: {mode} verdicts ({why}; --verdicts {other} for the other)",
+                    file=sys.stderr,
+                )
             run = evaluate(
                 settings.data,
                 scorers,

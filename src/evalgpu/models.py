@@ -88,6 +88,9 @@ class Preset:
     """Engine options for every backend (such as `chat_template_kwargs`)."""
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Engine options for one backend only, by backend name (`[vllm]`, `[transformers]`)."""
+    verdicts: str | None = None
+    """The verdict mode measured to agree best with people for this judge ("hard" or "soft"),
+    the scorers' default with it (`verdicts_for`); None: the reference's "hard"."""
 
     @property
     def folder(self) -> Path:
@@ -112,7 +115,7 @@ def load_preset(path: Path) -> Preset:
     with path.open("rb") as f:
         data = tomllib.load(f)
     try:
-        return Preset(
+        preset = Preset(
             name=data.get("name", path.stem),
             hf_id=data["hf_id"],
             max_model_len=int(data["max_model_len"]),
@@ -120,9 +123,15 @@ def load_preset(path: Path) -> Preset:
             description=data.get("description", ""),
             options=dict(data.get("options", {})),
             backend_options={b: dict(data[b]) for b in ("vllm", "transformers") if b in data},
+            verdicts=data.get("verdicts"),
         )
     except KeyError as exc:
         raise ValueError(f"preset {path}: missing key {exc.args[0]!r}") from exc
+    if preset.verdicts not in (None, "hard", "soft"):
+        raise ValueError(
+            f"preset {path}: verdicts must be 'hard' or 'soft', got {preset.verdicts!r}"
+        )
+    return preset
 
 
 def list_presets() -> list[Preset]:
@@ -147,6 +156,20 @@ def preset_for(model: str | os.PathLike[str] | None) -> Preset | None:
         folder = Path(name).resolve()
         preset = next((p for p in list_presets() if p.folder.resolve() == folder), None)
     return preset
+
+
+def verdicts_for(engine: Any) -> tuple[str, str]:
+    """The default verdict mode with `engine`, and where it was decided.
+
+    The preset of the engine's model folder says which mode was measured to agree best with
+    people for that judge (`Preset.verdicts`); an engine without a preset, or a preset that
+    says nothing, gets the reference's "hard".
+    """
+    path = getattr(engine, "model_path", None)
+    preset = None if path is None or not Path(path).is_dir() else preset_for(path)
+    if preset is not None and preset.verdicts is not None:
+        return preset.verdicts, f"the measured default of preset {preset.name}"
+    return "hard", "the reference's default"
 
 
 def resolve_model(model: str | os.PathLike[str] | None = None) -> Path:

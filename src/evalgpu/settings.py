@@ -41,7 +41,8 @@ class RunSettings:
         backend: "auto", "vllm", "transformers", or "module:factory".
         max_questions: summarization's most coverage questions per source (>= 1).
         scale: both scorers' scale (> 0).
-        verdicts: both scorers' "hard" (the reference) or "soft" verdicts.
+        verdicts: both scorers' "hard" (the reference) or "soft" verdicts; None: the judge's
+            measured default (`evalgpu.models.verdicts_for`).
         mapping: field -> column, for files whose columns have other names.
         chunk_size: rows scored per engine batch and per append (>= 1).
         limit: read at most this many rows in all (None: all). Rows already scored count.
@@ -64,7 +65,7 @@ class RunSettings:
     backend: str = "auto"
     max_questions: int = 10
     scale: float = 1.0
-    verdicts: VerdictMode = "hard"
+    verdicts: VerdictMode | None = None
     mapping: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int = 256
     limit: int | None = None

@@ -159,12 +159,12 @@ def questions_schema(max_questions: int, pattern: str | None = None) -> type[Que
     bounds beside it, and pastes a pattern into the JSON string's regex as it is, so a pattern
     must not admit a quote, a backslash or a newline either (the closed forms do not).
     """
+    _check_count("max_questions", max_questions)  # before the cache: True would hit 1's
     return _questions_schema(max_questions, pattern)
 
 
 @cache
 def _questions_schema(max_questions: int, pattern: str | None) -> type[Questions]:
-    _check_count("max_questions", max_questions)
     item: Any = Text if pattern is None else Annotated[str, Field(pattern=pattern)]
     return create_model(
         f"Questions{max_questions}" + ("" if pattern is None else "Closed"),
@@ -173,7 +173,6 @@ def _questions_schema(max_questions: int, pattern: str | None) -> type[Questions
     )
 
 
-@cache
 def attribution_schema(n_passages: int) -> type[Attributed]:
     """`Attributed` whose passage numbers are 1..n_passages.
 
@@ -184,7 +183,12 @@ def attribution_schema(n_passages: int) -> type[Attributed]:
     `ENUM_PASSAGES` the enum would slow the compile for no gain; the bound is then checked on
     validation, and an out-of-range number fails the row with its reason.
     """
-    _check_count("n_passages", n_passages)
+    _check_count("n_passages", n_passages)  # before the cache: True would hit 1's
+    return _attribution_schema(n_passages)
+
+
+@cache
+def _attribution_schema(n_passages: int) -> type[Attributed]:
     passage: Any
     if n_passages <= ENUM_PASSAGES:
         passage = Literal[tuple(range(1, n_passages + 1))]

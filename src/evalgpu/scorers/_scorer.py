@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from evalgpu.engines.base import Engine
 from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.runner import Runner
+from evalgpu.verdicts import VerdictMode
 
-__all__ = ["Scorer", "callable_name", "digest", "resolve_engine"]
+__all__ = ["Scorer", "callable_name", "digest", "resolve_engine", "resolve_verdicts"]
 
 
 def resolve_engine(model: Any) -> Engine:
@@ -85,6 +86,16 @@ class Scorer:
 def _invalid(message: str) -> Steps:
     raise InputError(message)
     yield  # unreachable: makes this a generator, so the runner records the error for the row
+
+
+def resolve_verdicts(verdicts: str | None, engine: Engine) -> VerdictMode:
+    """The verdict mode a scorer counts with: as asked, or (None) the judge's measured default
+    (`evalgpu.models.verdicts_for`: its preset says which mode agrees best with people)."""
+    if verdicts is None:
+        from evalgpu.models import verdicts_for
+
+        verdicts = verdicts_for(engine)[0]
+    return cast(VerdictMode, verdicts)
 
 
 def digest(text: str) -> str:

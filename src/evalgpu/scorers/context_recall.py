@@ -32,7 +32,13 @@ from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.scorers._checks import CHECK_TOKENS, check_request
 from evalgpu.scorers._checks import claims_request as _claims
-from evalgpu.scorers._scorer import Scorer, callable_name, digest, resolve_engine
+from evalgpu.scorers._scorer import (
+    Scorer,
+    callable_name,
+    digest,
+    resolve_engine,
+    resolve_verdicts,
+)
 from evalgpu.verdicts import (
     MAX_PASSAGES_CITED,
     SUMMARY_REASON_CHARS,
@@ -76,7 +82,7 @@ def create_context_recall_scorer(
     context_extractor: Callable[[Any, Any], Sequence[str]] | None = None,
     scale: float = 1.0,
     reason: ReasonMode = "template",
-    verdicts: VerdictMode = "hard",
+    verdicts: VerdictMode | None = None,
 ) -> Scorer:
     """Create the context recall scorer.
 
@@ -88,7 +94,8 @@ def create_context_recall_scorer(
         reason: "template" builds the reason without a model call; "model" asks the judge.
         verdicts: "hard" (the reference: the share of attributed claims) or "soft" (the mean
             probability of attributed; needs an engine that reads its logits, else each row
-            is an error).
+            is an error); None: the judge's measured default (its preset's `verdicts`, else
+            "hard").
 
     Returns:
         A `Scorer` with id "context-recall-scorer". Its `run` needs a `ground_truth`.
@@ -107,9 +114,10 @@ def create_context_recall_scorer(
         raise ValueError(f"scale must be > 0, got {scale!r}")
     if reason not in ("template", "model"):
         raise ValueError(f"reason must be 'template' or 'model', got {reason!r}")
-    if verdicts not in VERDICT_MODES:
+    if verdicts is not None and verdicts not in VERDICT_MODES:
         raise ValueError(f"verdicts must be 'hard' or 'soft', got {verdicts!r}")
     engine = resolve_engine(model)
+    verdicts = resolve_verdicts(verdicts, engine)
     steps = partial(
         _steps,
         context=context,

@@ -37,7 +37,13 @@ from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.scorers._checks import check_request
 from evalgpu.scorers._checks import claims_request as _claims
-from evalgpu.scorers._scorer import Scorer, callable_name, digest, resolve_engine
+from evalgpu.scorers._scorer import (
+    Scorer,
+    callable_name,
+    digest,
+    resolve_engine,
+    resolve_verdicts,
+)
 from evalgpu.verdicts import (
     CLAIM_CHARS,
     SUMMARY_REASON_CHARS,
@@ -106,7 +112,7 @@ def create_summarization_scorer(
     max_questions: int = 10,
     scale: float = 1.0,
     reason: ReasonMode = "template",
-    verdicts: VerdictMode = "hard",
+    verdicts: VerdictMode | None = None,
 ) -> Scorer:
     """Create the summarization scorer.
 
@@ -119,7 +125,8 @@ def create_summarization_scorer(
         scale: the score lies in [0, scale] (> 0).
         reason: "template" builds the reason without a model call; "model" asks the judge.
         verdicts: "hard" (the reference: shares of true verdicts) or "soft" (mean probability
-            of true; needs an engine that reads its logits, else each row is an error).
+            of true; needs an engine that reads its logits, else each row is an error); None:
+            the judge's measured default (its preset's `verdicts`, else "hard").
 
     Returns:
         A `Scorer` with id "summarization-scorer".
@@ -133,11 +140,12 @@ def create_summarization_scorer(
         raise ValueError(f"scale must be > 0, got {scale!r}")
     if reason not in ("template", "model"):
         raise ValueError(f"reason must be 'template' or 'model', got {reason!r}")
-    if verdicts not in VERDICT_MODES:
+    if verdicts is not None and verdicts not in VERDICT_MODES:
         raise ValueError(f"verdicts must be 'hard' or 'soft', got {verdicts!r}")
     if source_extractor is not None and not callable(source_extractor):
         raise ValueError("source_extractor must be callable")
     engine = resolve_engine(model)
+    verdicts = resolve_verdicts(verdicts, engine)
     steps = partial(
         _steps,
         source=source,
