@@ -270,7 +270,8 @@ def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any
         if kind == "faithfulness":
             row["human_score"] = record.get("human_score")
         if kind != "attribution" and result.error is None:
-            claims = [v["claim"] for v in result.preprocess_step_result.get("alignment", [])]
+            steps = getattr(result, "preprocess_step_result", None) or {}
+            claims = [v["claim"] for v in steps.get("alignment", [])]
             row["claims_in_summary"] = [
                 sum(in_text(c, record["summary"]) for c in claims),
                 len(claims),

@@ -24,14 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from evalgpu.engines._constraint import Grammars
-from evalgpu.verdicts import (
-    Alignment,
-    Claims,
-    Reason,
-    attribution_schema,
-    coverage_schema,
-    questions_schema,
-)
+from evalgpu.scorers.summarization import ENGLISH_CLOSED
+from evalgpu.verdicts import Claims, Reason, Supported, attribution_schema, questions_schema
 
 
 def rss_mb() -> float:
@@ -49,17 +43,13 @@ def emit(record: dict[str, Any]) -> None:
 
 def replies() -> list[tuple[Any, str]]:
     """Valid replies of four schemas at their largest, as json.dumps writes them."""
-    reason = "The source says the bridge opened in May 1937 after four years of work."
     claim = "The Golden Gate Bridge opened in 1937 in San Francisco."
     question = "Did the bridge open in 1937?"
-    verdict = {"claim": claim, "reason": reason, "supported": True}
-    answer = {"question": question, "reason": reason, "answered": False}
-    cited = {"claim": claim, "reason": reason, "attributed": True, "passages": [1, 3]}
     return [
-        (Alignment, json.dumps({"alignment": [verdict] * 6})),
-        (coverage_schema(10), json.dumps({"coverage": [answer] * 10})),
-        (questions_schema(10), json.dumps({"questions": [question] * 10})),
-        (attribution_schema(4, 10), json.dumps({"verdicts": [cited] * 10})),
+        (Claims, json.dumps({"claims": [claim] * 10})),
+        (questions_schema(10, ENGLISH_CLOSED), json.dumps({"questions": [question] * 10})),
+        (Supported, json.dumps({"supported": True})),
+        (attribution_schema(4), json.dumps({"supported": True, "passages": [1, 3]})),
     ]
 
 

@@ -50,7 +50,6 @@ def test_the_scripts_default_to_the_dev_sets_of_this_checkout(monkeypatch, tmp_p
     monkeypatch.chdir(tmp_path)  # the defaults do not depend on the working folder
     bench, agreement = script("bench", monkeypatch), script("agreement", monkeypatch)
     assert bench.DATA == agreement.DATA == DATA / "frank_dev.jsonl"
-    assert script("measure_schemas", monkeypatch).DATA == DATA
     # Recorded JSON names a file of the checkout relative to it, and any other file as given.
     assert agreement.rel(agreement.DATA) == bench.rel(DATA / "frank_dev.jsonl")
     assert agreement.rel(agreement.DATA) == "benchmarks/data/frank_dev.jsonl"

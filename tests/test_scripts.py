@@ -148,6 +148,13 @@ def test_pairs_hold_one_faithful_and_one_unfaithful_summary_of_one_article():
     assert agreement.sample_pairs(frank_rows(), None) == rows  # seeded: repeatable
 
 
+def test_a_claim_is_in_a_text_when_most_of_its_words_are():
+    summary = "The bridge reopened on Saturday after a restoration."
+    assert agreement.in_text("The bridge reopened on Saturday", summary)
+    assert not agreement.in_text("The council paid 4.2 million euros for it", summary)
+    assert not agreement.in_text("", summary)
+
+
 def test_pair_win_counts_ties_half():
     assert agreement.pair_win([0.9, 0.5, 0.2, 0.7], [0.1, 0.5, 0.6, 0.7]) == pytest.approx(0.5)
     assert agreement.pair_win([1.0], [0.0]) == 1.0
@@ -198,6 +205,10 @@ def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
     )
     for name in ("pair_win(alignment)", "pair_win(alignment_soft)", "roc_auc(alignment_soft)"):
         assert 0.0 <= result[name]["value"] <= 1.0
+    # The scripted judge lists the summary's sentences as its claims: all are in the summary.
+    claims = result["claims_in_summary"]
+    assert claims["claims"] == sum(r["claims_in_summary"][1] for r in result["scored"]) > 0
+    assert claims["share"] == 1.0
     with pytest.raises(SystemExit):
         agreement.main([str(data), "--backend", "scripted", "--limit", "4"])
     with pytest.raises(SystemExit):

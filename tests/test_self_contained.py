@@ -219,7 +219,7 @@ def test_every_relative_markdown_link_resolves_in_the_repository():
         ("scripts/bench.py", 'DATA = ROOT.parent / "shared" / "data" / "frank_dev.jsonl"'),
         ("src/evalgpu/verdicts.py", "a contract (DESIGN.md §1)."),
         ("src/evalgpu/scorers/summarization.py", "(spec/summarization-scorer.md)"),
-        ("scripts/measure_schemas.py", 'DATA = Path(os.environ.get("X", "/work/data"))'),
+        ("scripts/bench.py", 'DATA = Path(os.environ.get("X", "/work/data"))'),
         ("docs/measured/bench.json", '    "json": "/tmp/t/bench_quick.json",'),
         ("docs/BENCHMARKS.md", "python scripts/agreement.py ../../data/frank_dev.jsonl"),
         ("docs/x.md", "see /home/someone/notes.txt"),

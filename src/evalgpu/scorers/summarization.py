@@ -215,38 +215,30 @@ def questions_request(source: str, max_questions: int) -> JudgeRequest:
 
 def alignment_request(source: str, claim: str) -> JudgeRequest:
     """One claim of the summary checked against the source."""
-    return check_request(
-        "summarization.alignment",
-        fence("source", source),
-        "source",
-        ("claim", claim),
-        ASK_SUPPORTED,
-        Supported,
-    )
+    return _check("summarization.alignment", source, claim)
 
 
 def question_check_request(source: str, question: str) -> JudgeRequest:
     """One question checked against the source: does the source answer it "yes"?"""
-    return check_request(
-        "summarization.question_check",
-        fence("source", source),
-        "source",
-        ("question", question),
-        ASK_SOURCE_YES,
-        SaysYes,
-    )
+    return _check("summarization.question_check", source, question)
 
 
 def coverage_request(summary: str, question: str) -> JudgeRequest:
     """One question answered from the summary alone: the source is not in this prompt."""
-    return check_request(
-        "summarization.coverage",
-        fence("summary", summary),
-        "summary",
-        ("question", question),
-        ASK_ANSWERED,
-        Answered,
-    )
+    return _check("summarization.coverage", summary, question)
+
+
+CHECKS = {
+    "summarization.alignment": ("source", "claim", ASK_SUPPORTED, Supported),
+    "summarization.question_check": ("source", "question", ASK_SOURCE_YES, SaysYes),
+    "summarization.coverage": ("summary", "question", ASK_ANSWERED, Answered),
+}
+"""Each check: the text it is judged against, what it checks, the question put, the verdict."""
+
+
+def _check(tag: str, text: str, item: str) -> JudgeRequest:
+    name, item_tag, ask, schema = CHECKS[tag]
+    return check_request(tag, fence(name, text), name, (item_tag, item), ask, schema)
 
 
 def reason_request(
