@@ -1,6 +1,5 @@
 """The judge's other designs (scripts/designs/, issue 19 item 5), on the scripted engine."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -16,17 +15,7 @@ if str(ROOT / "scripts") not in sys.path:
 import designs  # noqa: E402
 from designs.scripted import RULES, engine  # noqa: E402
 
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-agreement = load("agreement")
-bench = load("bench")
+from test_scripts import agreement, bench  # noqa: E402  (the scripts, loaded once)
 
 SOURCE = "Cats purr. Dogs bark at 3 am."
 SUMMARIES = [

@@ -56,7 +56,16 @@ from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import Steps
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.verdicts import CLAIM_CHARS, MAX_CLAIMS, REASON_CHARS, Verdict, budget, distinct
+from evalgpu.verdicts import (
+    CLAIM_CHARS,
+    MAX_CLAIMS,
+    REASON_CHARS,
+    Claims,
+    Questions,
+    Verdict,
+    budget,
+    distinct,
+)
 
 NAME = "deepeval"
 
@@ -105,18 +114,6 @@ class Truths(BaseModel):
 
     model_config = _STRICT
     truths: list[Text] = Field(min_length=1, max_length=MAX_TRUTHS)
-
-
-class Claims(BaseModel):
-    """Reply of `deepeval.claims`: the summary's claims."""
-
-    model_config = _STRICT
-    claims: list[Text] = Field(min_length=1, max_length=MAX_CLAIMS)
-
-
-class Questions(BaseModel):
-    model_config = _STRICT
-    questions: list[Text]
 
 
 class Stated(Verdict):
