@@ -41,8 +41,14 @@ VERDICT_STEPS = {
 """Each design's steps whose replies are verdicts (the others list claims or questions)."""
 
 
-def test_the_designs_are_the_product_and_three_others():
-    assert list(designs.DESIGNS) == ["evalgpu", "mastra-1call", "deepeval", "direct"]
+def test_the_designs_are_the_product_and_four_others():
+    assert list(designs.DESIGNS) == [
+        "evalgpu",
+        "mastra-1call",
+        "deepeval",
+        "direct",
+        "evalgpu-list",
+    ]
     assert designs.DEFAULT == "evalgpu"
     with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
         designs.make("ragas", "faithfulness", engine(), 1.0, 5)
@@ -70,7 +76,7 @@ def test_every_design_scores_two_rows_of_each_kind_with_the_product_axes(design,
     # The scripted rules: the first row holds up, the second does not.
     assert results[0].score == scale
     assert results[1].score < scale
-    if design != "evalgpu":  # our own tags only: the product's requests are the product's
+    if design not in ("evalgpu", "evalgpu-list"):  # their own tags only
         assert {r.tag.split(".")[0] for r in judge.requests} == {design.split("-")[0]}
 
 
@@ -274,3 +280,14 @@ def test_bench_times_several_designs_side_by_side(tmp_path, capsys):
     assert batched["direct"]["generate_calls"] == 1
     assert all("cached_share" in m for m in result["modes"])
     assert set(result["ratios_by_design"]) == {"direct", "deepeval"}
+
+
+def test_evalgpu_list_checks_every_claim_of_a_summary_in_one_call():
+    judge = engine()
+    designs.make("evalgpu-list", "faithfulness", judge, 1.0, 3).run_batch(SUMMARIES)
+    checks = [r for r in judge.requests if r.tag == "evalgpu-list.alignment"]
+    assert len(checks) == len(SUMMARIES)  # one call per summary, not one per claim
+    for request in checks:
+        properties = request.schema.model_json_schema()["$defs"]["Supported"]["properties"]
+        assert list(properties) == ["supported"]  # the verdict first, and only it
+        assert "<claims>" in request.messages[-1]["content"]

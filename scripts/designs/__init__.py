@@ -14,6 +14,8 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
 - `deepeval`: DeepEval's SummarizationMetric and ContextualRecall designs
   (`designs.deepeval_like`).
 - `direct`: one yes/no question per summary and axis, read as p(yes) (`designs.direct`).
+- `evalgpu-list`: the product's pipeline with each list of checks in one call
+  (`designs.evalgpu_list`): one call per claim against one call for all claims.
 
 Scripts import this folder by path (`sys.path` gets scripts/); `designs.scripted:engine` is a
 scripted judge with rules for every design's requests (`--backend designs.scripted:engine`).
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from designs import deepeval_like, direct, mastra_1call
+from designs import deepeval_like, direct, evalgpu_list, mastra_1call
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 
 __all__ = ["DEFAULT", "DESIGNS", "KINDS", "Factory", "make"]
@@ -52,6 +54,7 @@ DESIGNS: dict[str, Factory] = {
     mastra_1call.NAME: mastra_1call.design,
     deepeval_like.NAME: deepeval_like.design,
     direct.NAME: direct.design,
+    evalgpu_list.NAME: evalgpu_list.design,
 }
 DEFAULT = "evalgpu"
 

@@ -156,6 +156,26 @@ def direct_recall(request: JudgeRequest) -> dict[str, Any]:
     return {"verdict": {"supported": supported, "reason": "word by word"}}
 
 
+# -- evalgpu-list ---------------------------------------------------------------------------------
+
+
+def list_checks(request: JudgeRequest) -> dict[str, Any]:
+    """Each listed claim or question checked as the shipped rules check one."""
+    text = (
+        block(request, "summary")
+        or " ".join(blocks(request, "passage"))
+        or block(request, "source")
+    )
+    listed = items(block(request, "claims") or block(request, "questions"))
+    key = request.tag.rsplit(".", 1)[1]
+    field = {"alignment": "supported", "attribution": "supported", "question_check": "yes"}
+    return {
+        "verdicts": [
+            {field.get(key, "answered"): words(fact(item)) <= words(text)} for item in listed
+        ]
+    }
+
+
 RULES: dict[str, Callable[[JudgeRequest], dict[str, Any]]] = {
     "mastra.alignment": mastra_alignment,
     "mastra.questions": questions,
@@ -171,6 +191,10 @@ RULES: dict[str, Callable[[JudgeRequest], dict[str, Any]]] = {
     "direct.alignment": direct_alignment,
     "direct.coverage": direct_coverage,
     "direct.recall": direct_recall,
+    "evalgpu-list.alignment": list_checks,
+    "evalgpu-list.question_check": list_checks,
+    "evalgpu-list.coverage": list_checks,
+    "evalgpu-list.attribution": list_checks,
 }
 """Request tag -> rule (a reply dict, its keys in the schema's order: p follows that order)."""
 
