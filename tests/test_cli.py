@@ -1154,3 +1154,30 @@ def test_end_to_end_on_the_default_model(
     assert any(r["error"] is None for r in got)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tokens"]["output_tokens"] > 0
+
+
+def test_run_states_the_verdict_mode_it_defaults_to(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "source": COMPANY, "summary": GOOD}])
+    code, _, err = run_cli(
+        capsys, "run", data, "--scorer", "summarization", "--out", tmp_path / "a", *SCRIPTED
+    )
+    assert code == 0, err
+    assert "evalgpu: hard verdicts (the reference's default; --verdicts soft for the other)" in err
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        data,
+        "--scorer",
+        "summarization",
+        "--out",
+        tmp_path / "b",
+        "--verdicts",
+        "soft",
+        *SCRIPTED,
+    )
+    assert code == 0, err
+    assert "verdicts (" not in err  # asked for: nothing to state
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert config["options"]["summarization-scorer"]["verdicts"] == "soft"

@@ -98,3 +98,39 @@ def test_missing_weights_name_the_folder_to_fill(models_dir):
 def test_models_dir_defaults_to_the_checkout(monkeypatch):
     monkeypatch.delenv("EVALGPU_MODELS_DIR", raising=False)
     assert models.models_dir() == Path(__file__).resolve().parents[1] / "models"
+
+
+def test_a_preset_names_the_verdict_mode_measured_for_its_judge(models_dir):
+    from types import SimpleNamespace
+
+    from evalgpu import create_context_recall_scorer, create_summarization_scorer
+    from evalgpu.engines.scripted import ScriptedEngine
+
+    (models_dir / "presets").mkdir()
+    (models_dir / "presets" / "judge.toml").write_text(
+        'hf_id = "org/judge"\nmax_model_len = 512\nverdicts = "soft"\n'
+    )
+    folder = models_dir / "judge"
+    folder.mkdir()
+    judge = ScriptedEngine()
+    judge.model_path = str(folder)  # what the real engines carry
+    assert models.verdicts_for(judge) == ("soft", "the measured default of preset judge")
+    # Named by the preset's name (a Ray run's planned judge), the same.
+    assert models.verdicts_for(SimpleNamespace(model_path="judge"))[0] == "soft"
+    # Both factories default to it; a mode that is asked for wins.
+    summarization = create_summarization_scorer(judge)
+    recall = create_context_recall_scorer(judge, context=["c"])
+    assert summarization.options["verdicts"] == recall.options["verdicts"] == "soft"
+    assert "verdicts" not in create_summarization_scorer(judge, verdicts="hard").options
+    result = summarization.run(input="Cats purr.", output="Cats purr.")
+    assert result.reason.startswith("Score 0.90 (soft verdicts")
+    # Without a preset that says so, the reference's hard verdicts.
+    assert models.verdicts_for(ScriptedEngine()) == ("hard", "the reference's default")
+    assert "verdicts" not in create_summarization_scorer(ScriptedEngine()).options
+
+
+def test_a_preset_with_an_unknown_verdict_mode_is_an_error(tmp_path):
+    path = tmp_path / "odd.toml"
+    path.write_text('hf_id = "org/odd"\nmax_model_len = 10\nverdicts = "fuzzy"\n')
+    with pytest.raises(ValueError, match=r"odd\.toml: verdicts must be 'hard' or 'soft'"):
+        models.load_preset(path)

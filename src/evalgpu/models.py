@@ -165,8 +165,8 @@ def verdicts_for(engine: Any) -> tuple[str, str]:
     people for that judge (`Preset.verdicts`); an engine without a preset, or a preset that
     says nothing, gets the reference's "hard".
     """
-    path = getattr(engine, "model_path", None)
-    preset = None if path is None or not Path(path).is_dir() else preset_for(path)
+    path = getattr(engine, "model_path", None)  # a folder, or a preset's name (`Planned`)
+    preset = None if path is None else preset_for(path)
     if preset is not None and preset.verdicts is not None:
         return preset.verdicts, f"the measured default of preset {preset.name}"
     return "hard", "the reference's default"

@@ -55,6 +55,7 @@ from evalgpu.verdicts import (
     SaysYes,
     SoftVerdictError,
     Supported,
+    Verdict,
     VerdictMode,
     budget,
     distinct,
@@ -228,7 +229,7 @@ def coverage_request(summary: str, question: str) -> JudgeRequest:
     return _check("summarization.coverage", summary, question)
 
 
-CHECKS = {
+CHECKS: dict[str, tuple[str, str, str, type[Verdict]]] = {
     "summarization.alignment": ("source", "claim", ASK_SUPPORTED, Supported),
     "summarization.question_check": ("source", "question", ASK_SOURCE_YES, SaysYes),
     "summarization.coverage": ("summary", "question", ASK_ANSWERED, Answered),
