@@ -80,6 +80,11 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s.strip()]
 
 
+def claims(text: str) -> list[str]:
+    """A text's sentences as its claims, within the schema's bounds (10 claims of 200 chars)."""
+    return [s[:200] for s in sentences(text)][:10]
+
+
 def words(text: str) -> set[str]:
     return {w for w in re.findall(r"\w+", text.lower()) if w not in STOP}
 
@@ -98,13 +103,17 @@ def answer(request: JudgeRequest) -> dict[str, Any]:
     user = request.messages[-1]["content"]
     tag = request.tag
     if tag == "summarization.claims":
-        return {"claims": sentences(tagged(user, "summary"))}
+        return {"claims": claims(tagged(user, "summary"))}
     if tag == "context_recall.claims":
-        return {"claims": sentences(tagged(user, "answer"))}
+        return {"claims": claims(tagged(user, "answer"))}
     if tag == "summarization.questions":
         n = int(re.search(r"at most (\d+)", user).group(1))  # type: ignore[union-attr]
-        facts = [" ".join(s.rstrip(".?!").split()) for s in sentences(tagged(user, "source"))]
-        return {"questions": [f"Is it true that {f.replace(chr(34), '')}?" for f in facts][:n]}
+        # A closed question: no quote, backslash or question mark inside, and not too long.
+        facts = [
+            " ".join(re.sub(r'[?"\\]', "", s).rstrip(".!").split())
+            for s in sentences(tagged(user, "source"))
+        ]
+        return {"questions": [f"Is it true that {f[:150]}?" for f in facts][:n]}
     if tag == "summarization.alignment":
         return {"supported": words(tagged(user, "claim")) <= words(tagged(user, "source"))}
     if tag == "summarization.question_check":
