@@ -15,8 +15,9 @@ The file's fields say which comparison applies (benchmarks/data/README.md descri
 Soft verdicts: each axis is also reported from its soft twin (`alignment_soft`,
 `coverage_soft`, `recall_soft`: the mean probability of true) and `soft score` is the score
 `verdicts="soft"` gives (summarization: the lower soft axis times the scale); one run gives
-both, the scorers run with hard verdicts. Ranking metrics only (ROC-AUC, Spearman, Kendall,
-pair win): a balanced accuracy needs a threshold that soft values do not come with.
+both, the scorers run with hard verdicts. Ranking metrics (ROC-AUC, Spearman, Kendall, pair
+win), and for attribution one balanced accuracy of the soft score at 0.5 × scale: a threshold
+fixed before any row was seen (even odds), never one fitted to the reported rows.
 
 FRANK is sampled in pairs (`--pairs N`, seed 1234): N articles that have both a faithful
 (`label_faithful == 1`) and an unfaithful summary, one of each drawn at random. Sampled by row,
@@ -368,6 +369,13 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
         report("roc_auc(score)", roc_auc, recall, labels)
         if soft(["soft score"]):
             report("roc_auc(soft score)", roc_auc, column("soft score"), labels)
+            # A threshold fixed before any row was seen (a judge's even odds), not fitted.
+            report(
+                "balanced_accuracy(soft score>=0.5*scale)",
+                balanced_accuracy,
+                [int(v >= 0.5 * scale) for v in column("soft score")],
+                labels,
+            )
     return out
 
 
