@@ -955,6 +955,21 @@ def test_a_folder_of_the_earlier_configuration_shape_is_resumed_or_refused(
     assert len(successes(out)) == 3
 
 
+def test_a_folder_of_the_earlier_judge_pipeline_is_refused_not_mixed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data, out = write_jsonl(tmp_path / "d.jsonl", summary_rows(3)), tmp_path / "out"
+    base = [a.format(data=data, out=out) for a in [*RUN, *SCRIPTED]]
+    assert run_cli(capsys, *base, "--limit", "2")[0] == 0
+    config = json.loads((out / "config.json").read_text())
+    earlier = {**config, "result_version": 1, "hash": "0123456789abcdef"}
+    (out / "config.json").write_text(json.dumps(earlier))
+    code, _, err = run_cli(capsys, *base)
+    assert code == 2
+    assert "results of judge pipeline version 1, this one scores version 2" in err
+    assert len(records(out)) == 2  # nothing appended
+
+
 def test_a_folder_in_use_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
     out = tmp_path / "out"

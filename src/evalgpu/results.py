@@ -21,7 +21,10 @@ __all__ = [
     "make_record",
 ]
 
-RESULT_VERSION = 1
+RESULT_VERSION = 2
+"""What a record's scores mean. 2: the judge lists a summary's claims from the summary alone and
+checks each claim and question in a call of its own (`evalgpu.scorers._checks`); 1: claims and
+verdicts in one call that saw both texts. A folder of another version is refused, never mixed."""
 
 ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
 """Every `ErrorKind`: "input", "too_long", "invalid_reply", "engine" (the order reports use)."""

@@ -138,6 +138,9 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                             f"options: {sid} {name}: {json.dumps(was)} -> {json.dumps(now)}"
                         )
             continue
+        if key == "result_version":
+            found.append(f"results of judge pipeline version {a}, this one scores version {b}")
+            continue
         found.append(f"{key}: {json.dumps(a)} -> {json.dumps(b)}")
     old_data, new_data = old.get("data", []), new["data"]
     if len(old_data) != len(new_data):
