@@ -174,3 +174,14 @@ def test_a_row_with_padding_among_its_tokens_is_stored_without_it():
     assert keys[0, 0, 0, 0] == 100_000
     with pytest.raises(ValueError, match="columns must hold one column per token, got 7 for 8"):
         store.put(tokens(0, 8), cache, row=1, columns=columns)
+
+
+def test_clear_forgets_every_entry_and_its_bytes():
+    store = PrefixStore(1 << 20)
+    store.new_wave()
+    store.put(tokens(0, 20), batch_cache(1, 20))
+    store.put(tokens(100, 20), batch_cache(1, 20))
+    assert len(store) == 2 and store.nbytes > 0
+    store.clear()
+    assert len(store) == 0 and store.nbytes == 0
+    assert store.longest(tokens(0, 25)) == (None, 0)

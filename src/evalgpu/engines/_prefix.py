@@ -96,6 +96,11 @@ class PrefixStore:
         """The entries, least recently used first."""
         return list(self._entries.values())
 
+    def clear(self) -> None:
+        """Forget every entry."""
+        for key in list(self._entries):
+            self._drop(key)
+
     def new_wave(self) -> None:
         """Start a wave: drop the entries that neither of the two waves before it used."""
         self.wave += 1

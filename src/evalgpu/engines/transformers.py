@@ -194,6 +194,11 @@ class TransformersEngine:
         """
         return self.grammars().grammar(schema)
 
+    def reset_prefix_cache(self) -> None:
+        """Forget every stored prompt prefix (benchmarks: each mode starts cold)."""
+        if self.prefix_store is not None:
+            self.prefix_store.clear()
+
     def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
         """Answer every request, in order (see the module docstring for how it batches)."""
         if not requests:
