@@ -111,7 +111,7 @@ def create_context_recall_scorer(
         raise ValueError("context must not be empty, got []")
     if context_extractor is not None and not callable(context_extractor):
         raise ValueError("context_extractor must be callable")
-    return _scorer(model, context, context_extractor, scale, reason, verdicts)
+    return _scorer(model, scale, reason, verdicts, context, context_extractor)
 
 
 def row_context_scorer(
@@ -125,17 +125,18 @@ def row_context_scorer(
     command line's): an agent-shaped row without one has its tool results as the passages, and
     any other row without one is an input error. Options as `create_context_recall_scorer`'s.
     """
-    return _scorer(model, None, None, scale, reason, verdicts)
+    return _scorer(model, scale, reason, verdicts)
 
 
 def _scorer(
     model: Any,
-    context: Sequence[str] | str | None,
-    context_extractor: Callable[[Any, Any], Sequence[str]] | None,
     scale: float,
     reason: ReasonMode,
     verdicts: VerdictMode | None,
+    context: Sequence[str] | str | None = None,
+    context_extractor: Callable[[Any, Any], Sequence[str]] | None = None,
 ) -> Scorer:
+    """The scorer, its options checked (both factories': `context` is checked by the public one)."""
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale!r}")
     if reason not in ("template", "model"):
