@@ -336,9 +336,7 @@ def bench_design(
         scorer_b = scorer(one_by_one)
         t = time.perf_counter()
         for row in rows:
-            Runner(one_by_one, cache=False).run(
-                [(scorer_b.id, scorer_b.steps(row["input"], row["output"]))]
-            )
+            Runner(one_by_one, cache=False).run([(scorer_b.id, scorer_b.steps(row))])
         b = measure(
             f"(b) {design} sequential, per row",
             design,

@@ -131,7 +131,7 @@ def test_chunks_keep_a_sources_rows_together(tmp_path: Path) -> None:
     s = settings(data[:1], tmp_path / "out", scorers=("summarization",), chunk_size=2)
     ledger = Ledger([str(data[0])])
     ledger.mark(0, 1, "summarization-scorer", SCORED)
-    chunks = list(read_chunks(s, [str(data[0])], ledger))
+    chunks = list(read_chunks(s, [str(data[0])], ledger, ["summarization-scorer"]))
     rows = [[row.number for row in c.rows] for c in chunks]
     # Line 6 is the bad JSON line; line 1 is already scored and is counted, not sent.
     assert rows == [[2, 3], [4, 5, 6, 7], [8, 9, 10], [11, 12, 13], [14]]

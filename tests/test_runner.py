@@ -58,7 +58,7 @@ def test_cache_off_asks_again(engine):
     scorer = create_summarization_scorer(engine)
     runner = Runner(engine, cache=False)
     for _ in range(2):
-        runner.run([(scorer.id, scorer.steps(SOURCE, SOURCE))])
+        runner.run([(scorer.id, scorer.steps({"input": SOURCE, "output": SOURCE}))])
     assert len(engine.by_tag("summarization.questions")) == 2
 
 
@@ -66,7 +66,7 @@ def test_on_wave_reports_each_generate(engine):
     waves = []
     scorer = create_summarization_scorer(engine)
     runner = Runner(engine, on_wave=waves.append)
-    runner.run([(scorer.id, scorer.steps(SOURCE, SOURCE)) for _ in range(3)])
+    runner.run([(scorer.id, scorer.steps({"input": SOURCE, "output": SOURCE})) for _ in range(3)])
     # identical rows: sent once. Per row: claims and questions; two claims and two questions
     # checked; two questions answered from the summary.
     assert [(w.requests, w.unique) for w in waves] == [(6, 2), (12, 4), (6, 2)]

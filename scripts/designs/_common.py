@@ -13,6 +13,7 @@ from typing import Any
 
 from evalgpu.engines.base import Engine
 from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.rows import Fields
 from evalgpu.scorers._scorer import Scorer
 
 SUMMARIZATION_AXES = ("alignment", "coverage", "alignment_soft", "coverage_soft")
@@ -25,8 +26,8 @@ def summarization_scorer(
     """A `Scorer` of summarization runs whose steps are `steps(source, summary, **options)`."""
     scorer_id = f"summarization-scorer@{design}"
 
-    def run_steps(input: Any, output: Any, ground_truth: Any, source: Any = None) -> Steps:
-        text = source if source is not None else input
+    def run_steps(row: Fields) -> Steps:
+        text, output = row.get("source", "input"), row.get("output")
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"source: must be a non-blank string, got {type(text).__name__}")
         if not isinstance(output, str):
@@ -35,9 +36,7 @@ def summarization_scorer(
             return empty_summary(scorer_id)
         return (yield from steps(text, output, scorer_id=scorer_id, **options))
 
-    return Scorer(
-        scorer_id, engine, run_steps, per_run_fields=frozenset({"source"}), options=options
-    )
+    return Scorer(scorer_id, engine, run_steps, options=options)
 
 
 def recall_scorer(
@@ -46,7 +45,8 @@ def recall_scorer(
     """A `Scorer` of context recall runs whose steps are `steps(passages, ground_truth, ...)`."""
     scorer_id = f"context-recall-scorer@{design}"
 
-    def run_steps(input: Any, output: Any, ground_truth: Any, context: Any = None) -> Steps:
+    def run_steps(row: Fields) -> Steps:
+        ground_truth, context = row.get("ground_truth"), row.get("context")
         if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
             return ScoreResult(
                 scorer=scorer_id,
@@ -63,9 +63,7 @@ def recall_scorer(
             raise InputError("context: the run's context has no passages")
         return (yield from steps(passages, ground_truth, scorer_id=scorer_id, **options))
 
-    return Scorer(
-        scorer_id, engine, run_steps, per_run_fields=frozenset({"context"}), options=options
-    )
+    return Scorer(scorer_id, engine, run_steps, options=options)
 
 
 def empty_summary(scorer_id: str) -> ScoreResult:

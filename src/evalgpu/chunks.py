@@ -10,13 +10,13 @@ which asks its questions once. Nothing here needs Ray.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalgpu.data import RowError
 from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
-from evalgpu.settings import SCORERS, RunSettings
+from evalgpu.settings import RunSettings
 from evalgpu.storage import Ledger
 
 __all__ = ["Chunk", "ReadNotes", "read_chunks"]
@@ -60,7 +60,9 @@ def _group(record: dict[str, Any] | RowError, mapping: dict[str, str]) -> str | 
     return None
 
 
-def read_chunks(settings: RunSettings, files: list[str], ledger: Ledger) -> Iterator[Chunk]:
+def read_chunks(
+    settings: RunSettings, files: list[str], ledger: Ledger, ids: Sequence[str]
+) -> Iterator[Chunk]:
     """The rows still to score, in file order, as chunks (what the read task yields).
 
     A chunk closes once it holds `chunk_size` rows and the next row has another source, so
@@ -73,9 +75,9 @@ def read_chunks(settings: RunSettings, files: list[str], ledger: Ledger) -> Iter
         settings: the run.
         files: file names as records carry them (the folder's).
         ledger: what is done (a snapshot taken when the run starts).
+        ids: the scorers' ids (the folder's `scorer_ids`).
     """
     chunk = Chunk()
-    ids = [SCORERS[name] for name in settings.scorers]
     reader = RowReader(settings.mapping)
     repeats = RepeatedIds()
     last: str | None = None

@@ -33,6 +33,7 @@ ERRORS_SHOWN = 20
 RUN_EXAMPLES = f"""\
 examples:
   {PROG} run examples/summarization.jsonl --scorer summarization --out runs/summ
+  {PROG} run rows.jsonl --scorer mypackage.scorers:length_scorer --out runs/length
   {PROG} run examples/context_recall.jsonl --scorer context-recall --out runs/recall
   {PROG} run outputs.csv --scorer summarization --map summary=model_output --out runs/csv
   {PROG} run big.parquet --scorer summarization --scorer context-recall \\
@@ -88,8 +89,9 @@ def _parser() -> argparse.ArgumentParser:
         "--scorer",
         action="append",
         required=True,
-        choices=list(SCORERS),
-        help="a scorer to run (repeat for several)",
+        type=_scorer,
+        help=f"a scorer to run: {', '.join(SCORERS)}, or module:factory for your own, built "
+        "as factory(engine) (repeat for several)",
     )
     run.add_argument(
         "--out",
@@ -211,6 +213,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _scorer(name: str) -> str:
+    if name in SCORERS or ":" in name:
+        return name
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {name!r} (choose from {', '.join(SCORERS)}, or module:factory)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
@@ -289,7 +299,7 @@ def _run(args: argparse.Namespace) -> int:
                 return _fail("run", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
             try:
                 scorers = settings.build_scorers(engine)
-            except ValueError as exc:
+            except (ValueError, TypeError) as exc:
                 return _fail("run", str(exc), 2)
             if settings.verdicts is None:
                 mode, why = verdicts_for(engine)

@@ -161,10 +161,10 @@ class Replica:
 
 
 def _read(
-    batch: dict[str, Any], settings: RunSettings, files: list[str], ledger: Ledger
+    batch: dict[str, Any], settings: RunSettings, files: list[str], ledger: Ledger, ids: list[str]
 ) -> Iterator[dict[str, list[bytes]]]:
     """The read task: one input item in, the run's chunks out, one batch each (streamed)."""
-    for chunk in read_chunks(settings, files, ledger):
+    for chunk in read_chunks(settings, files, ledger, ids):
         yield {"chunk": [pickle.dumps(chunk)]}
 
 
@@ -348,6 +348,7 @@ def _pipeline(
                     "settings": settings,
                     "files": sweep.files,
                     "ledger": sweep.aggregator.ledger,
+                    "ids": sweep.ids,
                 },
                 # The files were hashed on this node; the read runs where they are.
                 label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},

@@ -76,7 +76,7 @@ class ScoreResult(BaseModel):
     """
 
     scorer: str
-    """The scorer id: "summarization-scorer" | "context-recall-scorer"."""
+    """The scorer's id: "summarization-scorer", "context-recall-scorer", or your own's."""
     score: float | None = None
     """Between 0 and the scorer's scale; None when `error` is set."""
     reason: str | None = None

@@ -1,43 +1,36 @@
-"""Rows: one dataset row, and which of its fields feeds which argument of a scorer's steps.
+"""Rows: one dataset row, and its fields as a scorer reads them.
 
 Every entry point has the same rows: a file's records (`read_rows`) and a Python caller's dicts
-alike become `Row`s, and `RowReader` turns a row into a scorer's steps. It reads the row's
-fields (through a column map like `--map`), checks their types, and raises `InputError` that
-names the field when the row cannot be scored as it is (`summary: missing (no 'summary'
-column or a null value)`); the runner adds the row's label. Mapping, kept explicit:
-
-- summarization: `steps(input=row input or source, output=summary or output, source=source)`;
-  an agent-shaped row (`input.inputMessages`, `output` messages) passes input and output as
-  they are, and its source is the first user message unless the row has a `source`;
-- context recall: `steps(input=question, output=output, ground_truth, context=context)`; a row
-  without `context` uses the scorer's own context option when it has one, else (agent-shaped
-  rows) its finished tool calls' results as the passages. No (or a blank) ground truth is
-  scored 0 without a model call (docs/SEMANTICS.md §1.3), not an error.
-
-The scorers' texts (source, summary) are worked out once, in the scorer's steps; nothing here
-repeats that (the context-length check reads them back from the requests: `evalgpu.fit`).
+alike become `Row`s. A scorer reads the fields it needs from a row's `Fields` (the row with
+the column map of `--map` applied) and checks them itself, raising `InputError` that names
+the field (`summary: missing (no 'summary' column or a null value)`); the runner adds the
+row's label. Nothing here knows a scorer: which field feeds what is each scorer's own
+(`evalgpu.scorers.summarization`, `evalgpu.scorers.context_recall`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalgpu.data import RowError, read_rows, replace_surrogates
-from evalgpu.messages import extract_tool_results, is_agent_run
 from evalgpu.results import InputError, Steps
-from evalgpu.scorers._scorer import Scorer
+
+if TYPE_CHECKING:
+    from evalgpu.scorers._scorer import Scorer
 
 __all__ = [
     "FIELDS",
     "IDS_NAMED",
+    "Fields",
     "RepeatedIds",
     "Row",
     "RowReader",
     "file_rows",
+    "kind",
     "python_rows",
     "row_id",
     "row_label",
@@ -60,6 +53,41 @@ class Row:
     """1-based line number (JSON Lines, CSV) or element number (JSON, Parquet, Python)."""
     record: dict[str, Any] | RowError
     """The row's fields, or why it could not be read."""
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A row's fields as a scorer reads them: by field name, through the column map.
+
+    Args:
+        record: the row's columns.
+        mapping: field -> column (`--map`); a field not in it is read from its own column.
+    """
+
+    record: Mapping[str, Any]
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+    def column(self, name: str) -> str:
+        """The column a field is read from."""
+        return self.mapping.get(name, name)
+
+    def get(self, name: str, *alternatives: str) -> Any:
+        """A field's value (None when absent or null).
+
+        `alternatives` are read in order when the field is null and not mapped: a field mapped
+        to a column is read from that column alone (`summary` then `output`, say).
+        """
+        value = self.record.get(self.column(name))
+        if value is None and name not in self.mapping:
+            for other in alternatives:
+                value = self.record.get(self.column(other))
+                if value is not None:
+                    break
+        return value
+
+    def missing(self, name: str) -> InputError:
+        """The error of a field the row lacks, naming the column looked for."""
+        return InputError(f"{name}: missing (no {self.column(name)!r} column or a null value)")
 
 
 def file_rows(
@@ -97,11 +125,11 @@ def python_rows(items: Iterable[Any]) -> Iterator[Row]:
         if isinstance(item, dict):
             yield Row(0, number, item)
         else:
-            yield Row(0, number, RowError(f"a row must be a dict, got {_kind(item)}"))
+            yield Row(0, number, RowError(f"a row must be a dict, got {kind(item)}"))
 
 
 class RowReader:
-    """Builds one row's steps for a scorer, with `mapping` (field -> column) applied.
+    """Reads rows with `mapping` (field -> column) applied: their ids, and their steps.
 
     Args:
         mapping: field -> column, for rows whose columns have other names.
@@ -122,86 +150,9 @@ class RowReader:
         """The row's id (its mapped `id` column) and an error when it is of a wrong type."""
         return row_id(row.record, self.mapping.get("id", "id"))
 
-    def _get(self, record: dict[str, Any], key: str) -> Any:
-        return record.get(self.mapping.get(key, key))
-
-    def _missing(self, key: str) -> str:
-        column = self.mapping.get(key, key)
-        return f"{key}: missing (no {column!r} column or a null value)"
-
     def steps(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
-        """The row's steps for `scorer`.
-
-        Raises:
-            InputError: a field is missing, blank or of a wrong type (the message names it).
-        """
-        if scorer.id == "summarization-scorer":
-            return self._summarization(scorer, record)
-        if scorer.id == "context-recall-scorer":
-            return self._context_recall(scorer, record)
-        truth = self._get(record, "ground_truth")
-        return scorer.steps(self._get(record, "input"), self._get(record, "output"), truth)
-
-    def _summarization(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
-        input_ = self._get(record, "input")
-        source = self._get(record, "source")
-        summary = self._get(record, "summary")
-        if summary is None and "summary" not in self.mapping:
-            summary = self._get(record, "output")
-        if summary is None:
-            raise InputError(self._missing("summary"))
-        if not isinstance(summary, (str, list)):
-            raise InputError(
-                f"summary: must be a string or a list of messages, got {_kind(summary)}"
-            )
-        if source is not None and not isinstance(source, str):
-            raise InputError(f"source: must be a string, got {_kind(source)}")
-        if source is None and input_ is None and "source" not in scorer.fallbacks:
-            raise InputError(self._missing("source"))
-        per_run = {"source": source} if source is not None else {}
-        return scorer.steps(input_ if input_ is not None else source, summary, None, **per_run)
-
-    def _context_recall(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
-        input_ = self._get(record, "input")
-        output = self._get(record, "output")
-        truth = self._get(record, "ground_truth")
-        if truth is None and "ground_truth" not in self.mapping:
-            truth = record.get("groundTruth")
-        context = self._get(record, "context")
-        if truth is None or (isinstance(truth, str) and not truth.strip()):
-            # Normative (docs/SEMANTICS.md §1.3): no ground truth scores 0 without a model call.
-            return scorer.steps(input_, output, truth)
-        if context is None and "context" in scorer.fallbacks:
-            return scorer.steps(input_, output, truth)  # the scorer's own context option
-        if context is None and is_agent_run(input_, output):
-            # An agent-shaped row without a context column: its tool results are the context.
-            results = extract_tool_results(output)
-            if results:
-                context = [
-                    r["result"] if isinstance(r["result"], str) else json.dumps(r["result"])
-                    for r in results
-                ]
-        if context is None:
-            raise InputError(self._missing("context"))
-        if isinstance(context, str):
-            context = [context]
-        if not isinstance(context, list):
-            raise InputError(
-                f"context: must be a list of strings or a string, got {_kind(context)}"
-            )
-        wrong = [p for p in context if not isinstance(p, str)]
-        if wrong:
-            raise InputError(
-                f"context: must be a list of strings, got a list holding {_kind(wrong[0])}"
-            )
-        if not any(p.strip() for p in context):
-            raise InputError("context: blank (no passage has text)")
-        return scorer.steps(
-            input_ if input_ is not None else "",
-            output if output is not None else "",
-            truth,
-            context=context,
-        )
+        """The row's steps for `scorer`, which reads the row's `Fields` (the mapping applied)."""
+        return scorer.steps(Fields(record, self.mapping))
 
 
 def row_label(row: Row, files: Sequence[str | None], ident: str | None, noun: str = "row") -> str:
@@ -234,10 +185,11 @@ def row_id(record: dict[str, Any] | RowError, column: str) -> tuple[str | None, 
         return str(ident), None
     if isinstance(ident, float) and ident.is_integer():
         return str(int(ident)), None
-    return None, f"id: must be a string or an integer, got {_kind(ident)}"
+    return None, f"id: must be a string or an integer, got {kind(ident)}"
 
 
-def _kind(value: Any) -> str:
+def kind(value: Any) -> str:
+    """How messages name a value's type: "a number", "a string", "a list", "an object"."""
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):

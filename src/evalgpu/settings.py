@@ -1,7 +1,8 @@
 """Run settings: what `python -m evalgpu run` was asked, checked before anything loads.
 
 `RunSettings` holds the command line's flags; it loads the judge they name (`load_engine`)
-and builds the scorers on it (`build_scorers`), which the command line hands to
+and builds the scorers on it (`build_scorers`: the built-in ones, or your own named
+`package.module:factory` and built as `factory(engine)`), which the command line hands to
 `evalgpu.evaluate`. The output folder's configuration is derived from those scorers and that
 engine (`evalgpu.sweep.folder_config`), never from the flags, so Python and the command line
 name one run alike.
@@ -9,24 +10,24 @@ name one run alike.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgpu._factory import call_factory
 from evalgpu.engines import COMPUTES, TRANSFORMERS_OPTIONS
 from evalgpu.engines.base import Engine
 from evalgpu.evaluation import check_run
-from evalgpu.scorers import create_context_recall_scorer, create_summarization_scorer
-from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers import Scorer, create_summarization_scorer
+from evalgpu.scorers.context_recall import row_context_scorer
 from evalgpu.verdicts import VerdictMode
 
 __all__ = ["SCORERS", "RunSettings"]
 
-SCORERS = {"summarization": "summarization-scorer", "context-recall": "context-recall-scorer"}
-"""Scorer names on the command line -> scorer ids in records."""
+SCORERS = ("summarization", "context-recall")
+"""The built-in scorers' names on the command line; "package.module:factory" names your own."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class RunSettings:
 
     Args:
         data: dataset files (.jsonl, .json, .csv, .parquet), scored in order.
-        scorers: "summarization" and/or "context-recall".
+        scorers: "summarization", "context-recall", or "package.module:factory" for a scorer of
+            your own, built as `factory(engine)` (its options are its own).
         out: the output folder (created; an existing one is resumed).
         model: a model folder or preset name; None for the default model.
         backend: "auto", "vllm", "transformers", or "module:factory".
@@ -85,8 +87,10 @@ class RunSettings:
         if not self.scorers:
             raise ValueError("scorers must name at least one scorer")
         for name in self.scorers:
-            if name not in SCORERS:
-                raise ValueError(f"scorer must be one of {', '.join(SCORERS)}, got {name!r}")
+            if name not in SCORERS and ":" not in name:
+                raise ValueError(
+                    f"scorer must be {', '.join(SCORERS)} or module:factory, got {name!r}"
+                )
         # The scorers check these too; here a bad flag is a usage error before a model loads.
         if (
             isinstance(self.max_questions, bool)
@@ -129,26 +133,18 @@ class RunSettings:
         """The scorers these settings name, on `engine`, in order.
 
         Raises:
-            ValueError: an option is out of range (`max_questions`, `scale`: the scorers').
+            ValueError: an option is out of range (`max_questions`, `scale`: the scorers'), or
+                a `module:factory` cannot be imported.
+            TypeError: a factory returned something else than a `Scorer`.
         """
+        options: dict[str, Any] = {"scale": self.scale, "verdicts": self.verdicts}
         scorers: list[Scorer] = []
         for name in self.scorers:
             if name == "summarization":
-                scorers.append(
-                    create_summarization_scorer(
-                        engine,
-                        max_questions=self.max_questions,
-                        scale=self.scale,
-                        verdicts=self.verdicts,
-                    )
-                )
+                q = self.max_questions
+                scorers.append(create_summarization_scorer(engine, max_questions=q, **options))
+            elif name == "context-recall":
+                scorers.append(row_context_scorer(engine, **options))  # each row its own context
             else:
-                # Every row brings its own context: the scorer's static one (which the factory
-                # requires) is never a fallback, so a row without context is named as such,
-                # and it is no option of the run's configuration.
-                recall = create_context_recall_scorer(
-                    engine, context=["(per row)"], scale=self.scale, verdicts=self.verdicts
-                )
-                options = {k: v for k, v in recall.options.items() if k != "context"}
-                scorers.append(dataclasses.replace(recall, fallbacks=frozenset(), options=options))
+                scorers.append(call_factory(name, "scorer", Scorer, "a Scorer", engine))
         return scorers

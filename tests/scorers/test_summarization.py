@@ -595,8 +595,11 @@ def test_an_absent_or_mistyped_summary_or_a_missing_source_is_an_input_error(eng
         ]
     )
     assert [r.score for r in results] == [None] * 5
-    assert results[0].error == "row 1: summary: missing (the output is None)"
-    assert results[1].error == "row 2: summary: must be a string or a list of messages, got int"
+    # One message for a field wherever the row comes from (a file, `evaluate`, `run_batch`).
+    assert results[0].error == "row 1: summary: missing (no 'summary' column or a null value)"
+    assert results[1].error == (
+        "row 2: summary: must be a string or a list of messages, got a number"
+    )
     assert results[2].error == "row 3: summary: must be a list of messages, got a list holding str"
     assert results[3].error.startswith("row 4: source:")
     assert results[4].error.startswith("row 5: source:")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 from typing import Any
 
+from evalgpu._factory import call_factory
 from evalgpu.engines._compute import COMPUTES
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 
@@ -53,16 +53,7 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
         FileNotFoundError: a preset whose folder holds no weights (the message names it).
     """
     if ":" in backend:
-        module, _, attr = backend.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(
-                f"backend {backend!r}: cannot import {attr!r} from {module!r} ({exc})"
-            ) from exc
-        engine = factory(model, **options)
-        if not isinstance(engine, Engine):
-            raise TypeError(f"backend {backend!r} returned {type(engine).__name__}, not an Engine")
+        engine: Engine = call_factory(backend, "backend", Engine, "an Engine", model, **options)
         return engine
     if backend not in BACKENDS:
         raise ValueError(

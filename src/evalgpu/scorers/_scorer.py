@@ -1,4 +1,11 @@
-"""The object a scorer factory returns: an id, an engine, a row's steps, and `run`/`run_batch`."""
+"""The object a scorer factory returns: an id, an engine, a row's steps, and `run`/`run_batch`.
+
+A scorer of your own is a `Scorer` too: an id, the engine it judges with, and `steps_fn`, a
+generator function that reads and checks the fields it needs from a row (`evalgpu.rows.Fields`,
+raising `InputError` that names the field), yields its judge requests and returns its
+`ScoreResult`. `evaluate` scores it as it scores the built-in ones, and the command line's
+`--scorer package.module:factory` builds it as `factory(engine)`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from typing import Any, cast
 
 from evalgpu.engines.base import Engine
 from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.rows import Fields
 from evalgpu.runner import Runner
 from evalgpu.verdicts import VerdictMode
 
@@ -38,33 +46,27 @@ class Scorer:
     """
 
     id: str
-    """"summarization-scorer" | "context-recall-scorer"."""
+    """The id its records carry ("summarization-scorer", "context-recall-scorer", yours)."""
     engine: Engine
     """The judge."""
-    steps_fn: Callable[..., Steps]
-    """`(input, output, ground_truth, **per_run) -> Steps` (the scorer module's `_steps`)."""
-    per_run_fields: frozenset[str] = frozenset()
-    """Options a run may bring as its own: `source` (summarization), `context` (recall)."""
-    fallbacks: frozenset[str] = frozenset()
-    """Per-run fields the scorer can do without, because it has its own option for them."""
+    steps_fn: Callable[[Fields], Steps]
+    """`(row) -> Steps`: reads and checks the row's fields, then its judge steps."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """The options that change scores (recorded in an output folder's configuration)."""
 
-    def steps(self, input: Any, output: Any, ground_truth: Any = None, **per_run: Any) -> Steps:
-        """The judge steps for one run (the runner drives them).
+    def steps(self, row: Fields | Mapping[str, Any]) -> Steps:
+        """The judge steps for one row (the runner drives them): its `Fields`, or a dict of them.
 
-        `per_run` carries this run's own `source` (summarization) or `context` (context
-        recall), for datasets where every row has its own: it replaces the scorer's option of
-        the same name for this run (an extractor still applies to agent-shaped runs).
+        A row may bring its own `source` (summarization) or `context` (context recall), for
+        datasets where every row has its own: it replaces the scorer's option of the same
+        name for this row (an extractor still applies to agent-shaped runs).
         """
-        unknown = set(per_run) - self.per_run_fields
-        if unknown:
-            raise TypeError(f"{self.id} takes no per-run {', '.join(sorted(unknown))}")
-        return self.steps_fn(input, output, ground_truth, **per_run)
+        return self.steps_fn(row if isinstance(row, Fields) else Fields(row))
 
     def run(self, input: Any = None, output: Any = None, ground_truth: Any = None) -> ScoreResult:
         """Score one run."""
-        return Runner(self.engine).run([(self.id, self.steps(input, output, ground_truth))])[0]
+        run = {"input": input, "output": output, "ground_truth": ground_truth}
+        return Runner(self.engine).run([(self.id, self.steps(run))])[0]
 
     def run_batch(self, runs: Sequence[dict[str, Any]]) -> list[ScoreResult]:
         """Score many runs (dicts with `input`, `output`, optional `ground_truth`) together.
@@ -78,9 +80,7 @@ class Scorer:
     def _run_steps(self, run: Any) -> Steps:
         if not isinstance(run, dict):
             return _invalid(f"a run is a dict with input and output, got {type(run).__name__}")
-        per_run = {k: run[k] for k in self.per_run_fields if run.get(k) is not None}
-        ground_truth = run.get("ground_truth", run.get("groundTruth"))
-        return self.steps(run.get("input"), run.get("output"), ground_truth, **per_run)
+        return self.steps(run)
 
 
 def _invalid(message: str) -> Steps:

@@ -27,9 +27,10 @@ from functools import partial
 from typing import Any, Literal, cast
 
 from evalgpu.engines.base import JudgeRequest
-from evalgpu.messages import is_agent_run
+from evalgpu.messages import extract_tool_results, is_agent_run
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.rows import Fields, kind
 from evalgpu.scorers._checks import CHECK_TOKENS, check_request
 from evalgpu.scorers._checks import claims_request as _claims
 from evalgpu.scorers._scorer import (
@@ -54,7 +55,7 @@ from evalgpu.verdicts import (
     mean_p,
 )
 
-__all__ = ["create_context_recall_scorer"]
+__all__ = ["create_context_recall_scorer", "row_context_scorer"]
 
 SCORER_ID = "context-recall-scorer"
 
@@ -110,6 +111,32 @@ def create_context_recall_scorer(
         raise ValueError("context must not be empty, got []")
     if context_extractor is not None and not callable(context_extractor):
         raise ValueError("context_extractor must be callable")
+    return _scorer(model, scale, reason, verdicts, context, context_extractor)
+
+
+def row_context_scorer(
+    model: Any = None,
+    *,
+    scale: float = 1.0,
+    reason: ReasonMode = "template",
+    verdicts: VerdictMode | None = None,
+) -> Scorer:
+    """The context recall scorer of a dataset whose every row brings its own `context` (the
+    command line's): an agent-shaped row without one has its tool results as the passages, and
+    any other row without one is an input error. Options as `create_context_recall_scorer`'s.
+    """
+    return _scorer(model, scale, reason, verdicts)
+
+
+def _scorer(
+    model: Any,
+    scale: float,
+    reason: ReasonMode,
+    verdicts: VerdictMode | None,
+    context: Sequence[str] | str | None = None,
+    context_extractor: Callable[[Any, Any], Sequence[str]] | None = None,
+) -> Scorer:
+    """The scorer, its options checked (both factories': `context` is checked by the public one)."""
     if not scale > 0:
         raise ValueError(f"scale must be > 0, got {scale!r}")
     if reason not in ("template", "model"):
@@ -136,14 +163,7 @@ def create_context_recall_scorer(
         options["context"] = digest(json.dumps(context))
     if context_extractor is not None:
         options["context_extractor"] = callable_name(context_extractor)
-    return Scorer(
-        SCORER_ID,
-        engine,
-        steps,
-        per_run_fields=frozenset({"context"}),
-        fallbacks=frozenset({"context"}),
-        options=options,
-    )
+    return Scorer(SCORER_ID, engine, steps, options=options)
 
 
 def claims_request(ground_truth: str) -> JudgeRequest:
@@ -237,9 +257,7 @@ def template_reason(
 
 
 def _steps(
-    input: Any,
-    output: Any,
-    ground_truth: Any,
+    row: Fields,
     *,
     context: Sequence[str] | str | None,
     context_extractor: Callable[[Any, Any], Sequence[str]] | None,
@@ -250,6 +268,7 @@ def _steps(
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
     # No ground truth: score 0 and say so, without a model call.
+    ground_truth = row.get("ground_truth", "groundTruth")
     if ground_truth is None or (isinstance(ground_truth, str) and not ground_truth.strip()):
         return ScoreResult(
             scorer=SCORER_ID,
@@ -261,9 +280,7 @@ def _steps(
         )
     if not isinstance(ground_truth, str):
         raise InputError(f"ground_truth: must be a string, got {type(ground_truth).__name__}")
-
-    # The context: the extractor only for agent-shaped runs, else the static context.
-    passages = _passages(input, output, context, context_extractor)
+    passages = _passages(row, context, context_extractor)
 
     # Step 1: the ground truth's claims (one request per distinct ground truth); a repeated
     # claim is judged once.
@@ -320,28 +337,60 @@ def _steps(
 
 
 def _passages(
-    input: Any,
-    output: Any,
+    row: Fields,
     context: Sequence[str] | str | None,
     context_extractor: Callable[[Any, Any], Sequence[str]] | None,
 ) -> list[str]:
-    if context_extractor is not None and is_agent_run(input, output):
+    """The run's passages, read and checked from its fields (the one place).
+
+    The extractor for agent-shaped runs; else the row's own `context`; else the scorer's
+    static context; else (agent-shaped runs) the results of its finished tool calls.
+    """
+    input_, output = row.get("input"), row.get("output")
+    agent = is_agent_run(input_, output)
+    own = row.get("context")
+    if context_extractor is not None and agent:
         try:
-            got: Any = context_extractor(input, output)
+            got: Any = context_extractor(input_, output)
         except Exception as exc:
             raise InputError(
                 f"context: context_extractor raised {type(exc).__name__}: {exc}"
             ) from exc
         where = "context_extractor returned"
+    elif own is not None:
+        return _own_passages(own)
     elif context is not None:
         got, where = context, "context is"
-    else:
+    elif agent and (results := extract_tool_results(output)):
+        return _own_passages(
+            [
+                r["result"] if isinstance(r["result"], str) else json.dumps(r["result"])
+                for r in results
+            ]
+        )
+    elif context_extractor is not None:
         raise InputError(
             "context: context_extractor applies to agent-shaped runs only, "
             "and no static context was given"
         )
+    else:
+        raise row.missing("context")
     if isinstance(got, str):
         got = [got]
     if not isinstance(got, (list, tuple)) or not all(isinstance(p, str) for p in got):
         raise InputError(f"context: {where} not a list of strings ({type(got).__name__})")
     return list(got)
+
+
+def _own_passages(context: Any) -> list[str]:
+    """A row's own context (one string is one passage), with at least one passage of text."""
+    if isinstance(context, str):
+        context = [context]
+    if not isinstance(context, list):
+        raise InputError(f"context: must be a list of strings or a string, got {kind(context)}")
+    wrong = [p for p in context if not isinstance(p, str)]
+    if wrong:
+        raise InputError(f"context: must be a list of strings, got a list holding {kind(wrong[0])}")
+    if not any(p.strip() for p in context):
+        raise InputError("context: blank (no passage has text)")
+    return context

@@ -35,6 +35,7 @@ from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import InputError, ScoreResult, Steps
+from evalgpu.rows import Fields, kind
 from evalgpu.scorers._checks import check_request
 from evalgpu.scorers._checks import claims_request as _claims
 from evalgpu.scorers._scorer import (
@@ -166,14 +167,7 @@ def create_summarization_scorer(
         options["source"] = digest(source)
     if source_extractor is not None:
         options["source_extractor"] = callable_name(source_extractor)
-    return Scorer(
-        SCORER_ID,
-        engine,
-        steps,
-        per_run_fields=frozenset({"source"}),
-        fallbacks=frozenset({"source"} if source is not None else ()),
-        options=options,
-    )
+    return Scorer(SCORER_ID, engine, steps, options=options)
 
 
 def closed_question_pattern(source: str) -> str | None:
@@ -358,10 +352,61 @@ def empty_summary_result() -> ScoreResult:
     )
 
 
+def _texts(
+    row: Fields, source: str | None, source_extractor: Callable[[Any, Any], str] | None
+) -> tuple[str | None, str]:
+    """The run's summary and source texts, read and checked from its fields (the one place).
+
+    The summary: the `summary` field, else `output`: the last assistant message with text
+    (plain run: the string). The source: the extractor for agent-shaped runs, else the row's
+    own `source`, else the scorer's option, else the first user message of `input`.
+    Normative (docs/SEMANTICS.md §1.2): only an absent summary, or one of the wrong type, is
+    an input error; a blank one is a bad summary (the caller scores it 0).
+    """
+    input_ = row.get("input")
+    output = row.get("summary", "output")
+    if output is None:
+        raise row.missing("summary")
+    if isinstance(output, list):
+        wrong = [m for m in output if not isinstance(m, dict)]
+        if wrong:
+            raise InputError(
+                f"summary: must be a list of messages, got a list holding {type(wrong[0]).__name__}"
+            )
+    elif not isinstance(output, str):
+        raise InputError(f"summary: must be a string or a list of messages, got {kind(output)}")
+    own = row.get("source")
+    if own is not None and not isinstance(own, str):
+        raise InputError(f"source: must be a string, got {kind(own)}")
+    if own is None and input_ is None and source is None:
+        raise row.missing("source")
+    summary = last_assistant_text(output)
+
+    text: str | None
+    if source_extractor is not None and is_agent_run(input_, output):
+        try:
+            text = source_extractor(input_, output)
+        except Exception as exc:
+            raise InputError(
+                f"source: source_extractor raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(text, str):
+            raise InputError(
+                f"source: source_extractor must return a str, got {type(text).__name__}"
+            )
+    elif own is not None:
+        text = own
+    elif source is not None:
+        text = source
+    else:
+        text = first_user_text(input_)
+    if text is None or not text.strip():
+        raise InputError("source: no source text (blank or missing)")
+    return summary, text
+
+
 def _steps(
-    input: Any,
-    output: Any,
-    ground_truth: Any,
+    row: Fields,
     *,
     source: str | None,
     source_extractor: Callable[[Any, Any], str] | None,
@@ -372,43 +417,7 @@ def _steps(
     engine_name: str = "?",
 ) -> Steps:
     """One run through the pipeline; the runner batches its requests with other rows'."""
-    # The summary: the last assistant message with text (plain run: the output string).
-    # Normative (docs/SEMANTICS.md §1.2): a blank summary is a bad summary, scored 0 without
-    # a judge call; only an absent summary, or one of the wrong type, is an input error.
-    if output is None:
-        raise InputError("summary: missing (the output is None)")
-    if isinstance(output, list):
-        wrong = [m for m in output if not isinstance(m, dict)]
-        if wrong:
-            raise InputError(
-                f"summary: must be a list of messages, got a list holding {type(wrong[0]).__name__}"
-            )
-    elif not isinstance(output, str):
-        raise InputError(
-            f"summary: must be a string or a list of messages, got {type(output).__name__}"
-        )
-    summary = last_assistant_text(output)
-
-    # The source: the extractor for agent-shaped runs, else the option, else the first user
-    # message. (`source` is this run's own when the run brought one: see `Scorer.steps`.)
-    text: str | None
-    if source_extractor is not None and is_agent_run(input, output):
-        try:
-            text = source_extractor(input, output)
-        except Exception as exc:
-            raise InputError(
-                f"source: source_extractor raised {type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(text, str):
-            raise InputError(
-                f"source: source_extractor must return a str, got {type(text).__name__}"
-            )
-    elif source is not None:
-        text = source
-    else:
-        text = first_user_text(input)
-    if text is None or not text.strip():
-        raise InputError("source: no source text (blank or missing)")
+    summary, text = _texts(row, source, source_extractor)
     if summary is None or not summary.strip():
         return empty_summary_result()  # checked after the source: a row without one is broken
 
