@@ -12,12 +12,9 @@ from evalgpu.models import DEFAULT_MODEL
 from evalgpu.results import RESULT_VERSION
 from evalgpu.storage import (
     CONFIG_VERSION,
-    SCORED,
     ConfigError,
-    Ledger,
     OutputFolder,
     config_hash,
-    failure_state,
     scan_results,
 )
 
@@ -135,22 +132,3 @@ def test_a_file_is_not_a_folder(tmp_path: Path) -> None:
         OutputFolder(tmp_path / "taken", config())
     with pytest.raises(ValueError, match=r"out: .*taken/sub lies under .*taken, a file"):
         OutputFolder(tmp_path / "taken" / "sub", config())
-
-
-def test_the_ledger_keeps_the_latest_outcome_and_never_undoes_a_success() -> None:
-    ledger = Ledger(["a.jsonl", "b.jsonl"])
-    assert ledger.file_index({"file": "b.jsonl"}) == 1 and ledger.file_index({"file": "c"}) == -1
-    ledger.mark(0, 5, "s", failure_state("engine"))
-    ledger.mark(0, 6, "s", failure_state(None))  # a record from before error kinds
-    assert not ledger.done(0, 5, "s") and ledger.counts("s") == (0, 2)
-    assert ledger.error_kinds("s") == {
-        "input": 0,
-        "too_long": 0,
-        "invalid_reply": 0,
-        "engine": 1,
-        "unknown": 1,
-    }
-    ledger.mark(0, 5, "s", SCORED)
-    ledger.mark(0, 5, "s", failure_state("input"))
-    assert ledger.done(0, 5, "s") and ledger.counts("s") == (1, 1)
-    assert not ledger.done(1, 5, "s")

@@ -42,9 +42,10 @@ from typing import Any, cast
 from evalgpu.chunks import Chunk, ReadNotes, read_chunks
 from evalgpu.driver import Driver
 from evalgpu.engines.base import JudgeReply, JudgeRequest
+from evalgpu.ledger import Ledger
 from evalgpu.runner import WaveStats
 from evalgpu.settings import RunSettings
-from evalgpu.storage import Ledger, Record
+from evalgpu.storage import Record
 from evalgpu.sweep import Progress, Sweep, judge_model
 
 __all__ = ["Planned", "Replica", "layout", "run_ray"]

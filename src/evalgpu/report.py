@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalgpu.storage import SCORED, Ledger, config_scale, failure_state, scan_results
+from evalgpu.ledger import SCORED, Ledger, failure_state
+from evalgpu.storage import config_scale, scan_results
 
 __all__ = [
     "Aggregator",

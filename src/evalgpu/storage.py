@@ -10,8 +10,9 @@ the same for the command line and Python:
 - records are appended a chunk at a time, flushed and fsync'ed (`append_records`), so that a
   `kill -9` loses at most the chunk in flight; a torn last line is cut off when the folder is
   opened again, before anything is appended;
-- a (file, row, scorer) is done when it has a successful record (`Ledger`): a resumed run
-  scores only what is not done, so successes are never scored twice and failures are retried;
+- a (file, row, scorer) is done when it has a successful record (`evalgpu.ledger`): a resumed
+  run scores only what is not done, so successes are never scored twice and failures are
+  retried;
 - `summary.json` and other whole files are replaced atomically (`write_atomic`).
 """
 
@@ -25,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from evalgpu.data import replace_surrogates
-from evalgpu.results import ERROR_KINDS, Record
+from evalgpu.results import Record
 
 __all__ = [
     "CONFIG_VERSION",
     "ConfigError",
-    "Ledger",
     "OutputFolder",
     "Record",
     "append_records",
@@ -38,7 +38,6 @@ __all__ = [
     "config_hash",
     "config_scale",
     "differences",
-    "failure_state",
     "scan_results",
     "upgrade_config",
     "write_atomic",
@@ -227,84 +226,6 @@ def scan_results(path: Path, on_record: Callable[[Record], None]) -> tuple[int, 
             else:
                 bad += 1
     return end, bad
-
-
-NONE, FAILED, SCORED = 0, 1, 2
-"""A (file, row, scorer)'s latest outcome in a `Ledger` (FAILED: with no error kind)."""
-_KIND_STATE: dict[str, int] = {kind: 3 + i for i, kind in enumerate(ERROR_KINDS)}
-_FAILED_STATES = (FAILED, *_KIND_STATE.values())
-
-
-def failure_state(kind: object) -> int:
-    """The `Ledger` state of a failure of `kind` (an `ErrorKind`; anything else: FAILED)."""
-    return _KIND_STATE.get(str(kind), FAILED)
-
-
-class Ledger:
-    """What is done: the latest outcome of every (file, row, scorer), a byte each.
-
-    The byte is NONE, SCORED, or a failure with its error kind (`failure_state`; a record
-    written before kinds existed is FAILED). A (row, scorer) may have several records:
-    failures retried by a resumed run, then a success. A success stays; a failure counts only
-    while no success follows it.
-
-    Args:
-        files: the data file names that records carry in `file`, in order.
-    """
-
-    def __init__(self, files: list[str]) -> None:
-        self.files = {name: i for i, name in enumerate(files)}
-        self._state: dict[tuple[int, str], bytearray] = {}
-
-    def file_index(self, record: Record) -> int:
-        """The index of a record's file (-1: not a file of this folder)."""
-        if len(self.files) <= 1:
-            return 0
-        return self.files.get(str(record.get("file")), -1)
-
-    def state(self, file: int, row: int, scorer: str) -> int:
-        states = self._state.get((file, scorer))
-        return states[row] if states is not None and row < len(states) else NONE
-
-    def done(self, file: int, row: int, scorer: str) -> bool:
-        """True when (file, row, scorer) already has a successful record."""
-        return self.state(file, row, scorer) == SCORED
-
-    def mark(self, file: int, row: int, scorer: str, outcome: int) -> int:
-        """Record an outcome (SCORED or a `failure_state`); returns the state before it.
-
-        A success is never undone by a later failure.
-        """
-        states = self._state.setdefault((file, scorer), bytearray())
-        if row >= len(states):
-            states.extend(bytes(max(row + 1 - len(states), len(states) // 2)))
-        before = states[row]
-        if outcome == SCORED or before != SCORED:
-            states[row] = outcome
-        return before
-
-    def counts(self, scorer: str) -> tuple[int, int]:
-        """(scored, failed) for a scorer: rows whose latest outcome is a score / an error."""
-        scored = failed = 0
-        for (_, s), states in self._state.items():
-            if s == scorer:
-                scored += states.count(SCORED)
-                failed += sum(states.count(state) for state in _FAILED_STATES)
-        return scored, failed
-
-    def error_kinds(self, scorer: str) -> dict[str, int]:
-        """Failed rows of a scorer by error kind (every kind, 0 included; "unknown" only for
-        records that carry none)."""
-        found: dict[str, int] = {kind: 0 for kind in ERROR_KINDS}
-        unknown = 0
-        for (_, s), states in self._state.items():
-            if s == scorer:
-                for kind, state in _KIND_STATE.items():
-                    found[kind] += states.count(state)
-                unknown += states.count(FAILED)
-        if unknown:
-            found["unknown"] = unknown
-        return found
 
 
 class OutputFolder:
