@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from evalgpu.aggregate import Aggregator
-from evalgpu.report import format_report, write_report
-from evalgpu.report_html import html_report
+from evalgpu.report import format_report, html_report, write_report
 from test_aggregate import S, rec
 
 

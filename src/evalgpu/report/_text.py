@@ -1,25 +1,11 @@
-"""The report of an output folder: the per-scorer table, the lowest-scoring and failed rows.
-
-It reads what a run wrote (`evalgpu.storage.read_folder`: the folder's configuration and the
-aggregates of its records, or a `summary.json`); nothing that runs imports it. The static
-page is `evalgpu.report_html`.
-"""
+"""The report as text: the per-scorer table of a summary, its lowest-scoring and failed rows."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from evalgpu.storage import read_folder
-
-__all__ = [
-    "failure_line",
-    "fmt",
-    "format_report",
-    "where",
-    "write_report",
-]
+__all__ = ["failure_line", "fmt", "format_report", "table", "where"]
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -42,8 +28,8 @@ def _first_line(text: str, width: int = 160) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def format_report(summary: dict[str, Any], several_files: bool = False) -> str:
-    """The per-scorer table, then the lowest-scoring and the failed rows with their reasons."""
+def table(summary: dict[str, Any]) -> str:
+    """The per-scorer table: counts, mean, median, p10, p90 and mean axes of each scorer."""
     header = (
         f"{'scorer':<24} {'scored':>8} {'failed':>7} {'mean':>6} {'median':>6} "
         f"{'p10':>6} {'p90':>6} {'align':>6} {'cover':>6}"
@@ -62,6 +48,12 @@ def format_report(summary: dict[str, Any], several_files: bool = False) -> str:
         if others:
             listed = ", ".join(f"{k} {fmt(v)}" for k, v in others.items())
             lines.append(f"{'':<24} axes, mean: {listed}")
+    return "\n".join(lines)
+
+
+def format_report(summary: dict[str, Any], several_files: bool = False) -> str:
+    """The per-scorer table, then the lowest-scoring and the failed rows with their reasons."""
+    lines = [table(summary)]
     for scorer, s in summary["scorers"].items():
         if s["lowest"]:
             lines += ["", f"Lowest scores, {scorer}:"]
@@ -88,19 +80,3 @@ def failure_line(item: dict[str, Any]) -> str:
     """A failed row of a summary's `failures`: its error kind, then its error's first line."""
     kind = f"[{item['errorKind']}] " if item.get("errorKind") else ""
     return kind + _first_line(item["error"] or "", 200)
-
-
-def write_report(out: Path) -> tuple[str, Path, int]:
-    """Aggregate `out/results.jsonl`, write `out/report.html`.
-
-    Returns:
-        The report text, the page's path, and the number of unreadable lines skipped.
-    """
-    config, aggregates, bad = read_folder(out)
-    summary = aggregates.summary()
-    several = len(config["data"]) > 1
-    from evalgpu.report_html import html_report
-
-    page = out / "report.html"
-    page.write_text(html_report(summary, config, several), encoding="utf-8")
-    return format_report(summary, several), page, bad
