@@ -193,10 +193,11 @@ class Sweep:
                 success for are dropped (`OutputFolder.append`).
             on_error: called with each failed record's error message.
         """
+        written = self.folder.append(records)
         progress = self.progress
         progress.rows_run += rows
         progress.rows_done += rows
-        for r in self.folder.append(records):
+        for r in written:
             if r["error"] is None:
                 progress.scored += 1
             else:
