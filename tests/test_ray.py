@@ -28,8 +28,8 @@ from evalgpu.chunks import read_chunks  # noqa: E402
 from evalgpu.data import RowError  # noqa: E402
 from evalgpu.distributed import Planned, Replica, layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
+from evalgpu.ledger import SCORED, Ledger  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
-from evalgpu.storage import SCORED, Ledger  # noqa: E402
 from evalgpu.sweep import judge_model  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent

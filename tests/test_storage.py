@@ -1,4 +1,4 @@
-"""The output folder: lock, configuration, torn lines, durable appends, the ledger."""
+"""The output folder: lock, configuration, torn lines, durable appends, what is done, summary."""
 
 from __future__ import annotations
 
@@ -12,12 +12,10 @@ from evalgpu.models import DEFAULT_MODEL
 from evalgpu.results import RESULT_VERSION
 from evalgpu.storage import (
     CONFIG_VERSION,
-    SCORED,
     ConfigError,
-    Ledger,
     OutputFolder,
     config_hash,
-    failure_state,
+    read_folder,
     scan_results,
 )
 
@@ -37,8 +35,14 @@ def config(model: str | None = None, backend: str = "scripted", **options: Any) 
     return made
 
 
-def record(row: int, error: str | None = None) -> dict[str, Any]:
-    return {"row": row, "file": "d.jsonl", "scorer": "summarization-scorer", "error": error}
+def record(row: int, error: str | None = None, score: float = 1.0) -> dict[str, Any]:
+    return {
+        "row": row,
+        "file": "d.jsonl",
+        "scorer": "summarization-scorer",
+        "score": None if error else score,
+        "error": error,
+    }
 
 
 def test_scan_results_skips_a_torn_line_and_bad_lines(tmp_path: Path) -> None:
@@ -66,13 +70,12 @@ def test_a_folder_is_locked_configured_resumed_and_appended(tmp_path: Path) -> N
             OutputFolder(out, config())
         with pytest.raises(RuntimeError, match="before resume"):
             folder.append([record(1)])
-        assert folder.resume(lambda _: None) == 0
+        assert folder.resume() == 0
         folder.append([record(1), record(2, "row 2: boom")])
     (out / "results.jsonl").write_text((out / "results.jsonl").read_text() + '{"row": 3')
-    seen: list[dict[str, Any]] = []
     with OutputFolder(out, config()) as folder:
-        folder.resume(seen.append)
-    assert [r["row"] for r in seen] == [1, 2]
+        folder.resume()
+        assert folder.aggregates.counts("summarization-scorer") == (1, 1)
     assert (out / "results.jsonl").read_text().endswith("}\n")  # the torn line was cut
     with pytest.raises(ConfigError, match=r"holds results of another configuration \(options: "):
         OutputFolder(out, config(scale=2.0))
@@ -137,20 +140,67 @@ def test_a_file_is_not_a_folder(tmp_path: Path) -> None:
         OutputFolder(tmp_path / "taken" / "sub", config())
 
 
-def test_the_ledger_keeps_the_latest_outcome_and_never_undoes_a_success() -> None:
-    ledger = Ledger(["a.jsonl", "b.jsonl"])
-    assert ledger.file_index({"file": "b.jsonl"}) == 1 and ledger.file_index({"file": "c"}) == -1
-    ledger.mark(0, 5, "s", failure_state("engine"))
-    ledger.mark(0, 6, "s", failure_state(None))  # a record from before error kinds
-    assert not ledger.done(0, 5, "s") and ledger.counts("s") == (0, 2)
-    assert ledger.error_kinds("s") == {
-        "input": 0,
-        "too_long": 0,
-        "invalid_reply": 0,
-        "engine": 1,
-        "unknown": 1,
-    }
-    ledger.mark(0, 5, "s", SCORED)
-    ledger.mark(0, 5, "s", failure_state("input"))
-    assert ledger.done(0, 5, "s") and ledger.counts("s") == (1, 1)
-    assert not ledger.done(1, 5, "s")
+def test_the_folder_knows_what_is_done_and_never_writes_a_success_twice(tmp_path: Path) -> None:
+    out, sid = tmp_path / "out", "summarization-scorer"
+    with OutputFolder(out, config()) as folder:
+        folder.resume()
+        assert folder.append([record(1), record(2, "row 2: boom")]) == [
+            record(1),
+            record(2, "row 2: boom"),
+        ]
+        # A chunk scored twice (a Ray chunk retried): the success already there is dropped.
+        assert folder.append([record(1, score=0.5), record(2)]) == [record(2)]
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert [json.loads(line)["row"] for line in lines] == [1, 2, 2]
+    with OutputFolder(out, config()) as folder:
+        assert not folder.done(0, 1, sid)  # nothing read before resume
+        folder.resume()
+        assert folder.done(0, 1, sid) and folder.done(0, 2, sid) and not folder.done(0, 3, sid)
+
+
+def test_summary_json_holds_the_configuration_the_aggregates_and_the_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with OutputFolder(out, config()) as folder:
+        folder.resume()
+        folder.append([record(1, score=0.5), record(2, "row 2: boom")])
+        path = folder.write_summary(
+            engine="scripted",
+            file_errors=["d2.jsonl: not found"],
+            duplicate_ids={"count": 0},
+            run={"rows": 2},
+        )
+    summary = json.loads(path.read_text())
+    assert list(summary) == [
+        "version",
+        "config_hash",
+        "model",
+        "backend",
+        "engine",
+        "options",
+        "map",
+        "data",
+        "file_errors",
+        "duplicate_ids",
+        "scorers",
+        "tokens",
+        "cached_share",
+        "run",
+    ]
+    assert summary["config_hash"] == config()["hash"] and summary["data"] == ["d.jsonl"]
+    assert summary["file_errors"] == {"count": 1, "messages": ["d2.jsonl: not found"]}
+    scored = summary["scorers"]["summarization-scorer"]
+    assert (scored["scored"], scored["failed"], scored["mean"]) == (1, 1, 0.5)
+    assert summary["run"] == {"rows": 2}
+
+
+def test_a_folder_is_read_without_its_lock(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with OutputFolder(out, config()) as folder:
+        folder.resume()
+        folder.append([record(1, score=0.25)])
+        (out / "results.jsonl").write_text((out / "results.jsonl").read_text() + "not json\n")
+        read, aggregates, bad = read_folder(out)  # while the run holds it
+    assert read["hash"] == config()["hash"] and bad == 1
+    assert aggregates.summary()["scorers"]["summarization-scorer"]["mean"] == 0.25
+    with pytest.raises(FileNotFoundError, match="is not an evalgpu output folder"):
+        read_folder(tmp_path / "nowhere")

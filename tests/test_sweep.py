@@ -30,4 +30,8 @@ def test_chunks_scored_elsewhere_are_appended_counted_and_resumed(tmp_path: Path
     assert errors == ["row 3: boom"]
     assert (summary["scorers"]["summarization-scorer"]["scored"], summary["run"]["rows"]) == (2, 3)
     with Sweep(tmp_path / "out", scorers, paths=[data]) as again:
-        assert [again.done(0, n, "summarization-scorer") for n in (1, 2, 3)] == [True, True, False]
+        assert [again.folder.done(0, n, "summarization-scorer") for n in (1, 2, 3)] == [
+            True,
+            True,
+            False,
+        ]

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalgpu.data import RowError
+from evalgpu.ledger import Ledger
 from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows
 from evalgpu.settings import RunSettings
-from evalgpu.storage import Ledger
 
 __all__ = ["Chunk", "ReadNotes", "read_chunks"]
 

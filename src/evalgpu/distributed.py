@@ -42,9 +42,10 @@ from typing import Any, cast
 from evalgpu.chunks import Chunk, ReadNotes, read_chunks
 from evalgpu.driver import Driver
 from evalgpu.engines.base import JudgeReply, JudgeRequest
+from evalgpu.ledger import Ledger
+from evalgpu.results import Record
 from evalgpu.runner import WaveStats
 from evalgpu.settings import RunSettings
-from evalgpu.storage import Ledger, Record
 from evalgpu.sweep import Progress, Sweep, judge_model
 
 __all__ = ["Planned", "Replica", "layout", "run_ray"]
@@ -306,8 +307,7 @@ def _drive(
         if notes.repeats is not None:
             sweep.repeats = notes.repeats
         # A (row, scorer) with a success already (a chunk delivered twice) adds nothing.
-        fresh = [r for r in scored.records if not _done(sweep, r)]
-        sweep.add_chunk(scored.rows, fresh, on_error=on_error)
+        sweep.add_chunk(scored.rows, scored.records, on_error=on_error)
         progress.rows_done += notes.skipped
         progress.resumed += notes.skipped
         progress.output_tokens += scored.output_tokens
@@ -347,7 +347,7 @@ def _pipeline(
                 fn_kwargs={
                     "settings": settings,
                     "files": sweep.files,
-                    "ledger": sweep.aggregator.ledger,
+                    "ledger": sweep.folder.ledger,
                     "ids": sweep.ids,
                 },
                 # The files were hashed on this node; the read runs where they are.
@@ -372,8 +372,3 @@ def _pipeline(
     finally:
         for key, value in saved.items():
             setattr(context, key, value)
-
-
-def _done(sweep: Sweep, record: Record) -> bool:
-    file = sweep.aggregator.ledger.file_index(record)
-    return file >= 0 and sweep.done(file, record["row"], record["scorer"])

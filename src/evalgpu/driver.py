@@ -13,10 +13,10 @@ the output folder appends their records):
 - `Driver.prepare(row)`: a row with its output made by `target` (when given);
 - `Driver.score_chunk(rows, done)`: score one chunk, return its records, write nothing;
 - `Driver.stream(rows, chunk_size, done)`: both, over a stream of rows, a chunk at a time;
-- on the folder's side (`evalgpu.sweep.Sweep`, over `evalgpu.storage`): `Sweep.done(file,
-  row, scorer)` (already recorded: skip it), `Sweep.add_chunk(rows, records)` (append
-  durably, aggregate, count), `Sweep.finish()` (`summary.json`), and
-  `evalgpu.report.write_report(out)` (the table and `report.html`).
+- on the folder's side (`evalgpu.sweep.Sweep`, over `evalgpu.storage.OutputFolder`):
+  `folder.done(file, row, scorer)` (already recorded: skip it), `Sweep.add_chunk(rows,
+  records)` (append durably, count), `Sweep.finish()` (`summary.json`); then, reading the
+  folder, `evalgpu.report.write_report(out)` (the table and `report.html`).
 
 A record is one `results.jsonl` line (`results.make_record`), the same dict for every entry
 point.

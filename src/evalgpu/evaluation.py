@@ -18,9 +18,9 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from pathlib import Path
 from typing import Any
 
+from evalgpu.aggregate import Aggregator
 from evalgpu.data import RowError, file_format
 from evalgpu.driver import Driver
-from evalgpu.report import Aggregator
 from evalgpu.results import Record, ScoreResult
 from evalgpu.rows import Row, RowReader, file_rows, python_rows
 from evalgpu.scorers._scorer import Scorer

@@ -10,9 +10,14 @@ the same for the command line and Python:
 - records are appended a chunk at a time, flushed and fsync'ed (`append_records`), so that a
   `kill -9` loses at most the chunk in flight; a torn last line is cut off when the folder is
   opened again, before anything is appended;
-- a (file, row, scorer) is done when it has a successful record (`Ledger`): a resumed run
-  scores only what is not done, so successes are never scored twice and failures are retried;
-- `summary.json` and other whole files are replaced atomically (`write_atomic`).
+- a (file, row, scorer) is done when it has a successful record (`OutputFolder.done`, over
+  an `evalgpu.ledger.Ledger`): a resumed run scores only what is not done, and a success is
+  never written twice, so successes are never scored twice and failures are retried;
+- `summary.json` (the configuration, the aggregates of every record in the folder, the last
+  run's figures) and other whole files are replaced atomically (`write_atomic`).
+
+`OutputFolder` is the one writer (a run holds it open); `read_folder` reads a folder for the
+report, without its lock.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from evalgpu.aggregate import Aggregator
 from evalgpu.data import replace_surrogates
-from evalgpu.results import ERROR_KINDS, Record
+from evalgpu.ledger import Ledger
+from evalgpu.results import Record
 
 __all__ = [
     "CONFIG_VERSION",
     "ConfigError",
-    "Ledger",
     "OutputFolder",
     "Record",
     "append_records",
@@ -38,7 +44,7 @@ __all__ = [
     "config_hash",
     "config_scale",
     "differences",
-    "failure_state",
+    "read_folder",
     "scan_results",
     "upgrade_config",
     "write_atomic",
@@ -229,88 +235,12 @@ def scan_results(path: Path, on_record: Callable[[Record], None]) -> tuple[int, 
     return end, bad
 
 
-NONE, FAILED, SCORED = 0, 1, 2
-"""A (file, row, scorer)'s latest outcome in a `Ledger` (FAILED: with no error kind)."""
-_KIND_STATE: dict[str, int] = {kind: 3 + i for i, kind in enumerate(ERROR_KINDS)}
-_FAILED_STATES = (FAILED, *_KIND_STATE.values())
-
-
-def failure_state(kind: object) -> int:
-    """The `Ledger` state of a failure of `kind` (an `ErrorKind`; anything else: FAILED)."""
-    return _KIND_STATE.get(str(kind), FAILED)
-
-
-class Ledger:
-    """What is done: the latest outcome of every (file, row, scorer), a byte each.
-
-    The byte is NONE, SCORED, or a failure with its error kind (`failure_state`; a record
-    written before kinds existed is FAILED). A (row, scorer) may have several records:
-    failures retried by a resumed run, then a success. A success stays; a failure counts only
-    while no success follows it.
-
-    Args:
-        files: the data file names that records carry in `file`, in order.
-    """
-
-    def __init__(self, files: list[str]) -> None:
-        self.files = {name: i for i, name in enumerate(files)}
-        self._state: dict[tuple[int, str], bytearray] = {}
-
-    def file_index(self, record: Record) -> int:
-        """The index of a record's file (-1: not a file of this folder)."""
-        if len(self.files) <= 1:
-            return 0
-        return self.files.get(str(record.get("file")), -1)
-
-    def state(self, file: int, row: int, scorer: str) -> int:
-        states = self._state.get((file, scorer))
-        return states[row] if states is not None and row < len(states) else NONE
-
-    def done(self, file: int, row: int, scorer: str) -> bool:
-        """True when (file, row, scorer) already has a successful record."""
-        return self.state(file, row, scorer) == SCORED
-
-    def mark(self, file: int, row: int, scorer: str, outcome: int) -> int:
-        """Record an outcome (SCORED or a `failure_state`); returns the state before it.
-
-        A success is never undone by a later failure.
-        """
-        states = self._state.setdefault((file, scorer), bytearray())
-        if row >= len(states):
-            states.extend(bytes(max(row + 1 - len(states), len(states) // 2)))
-        before = states[row]
-        if outcome == SCORED or before != SCORED:
-            states[row] = outcome
-        return before
-
-    def counts(self, scorer: str) -> tuple[int, int]:
-        """(scored, failed) for a scorer: rows whose latest outcome is a score / an error."""
-        scored = failed = 0
-        for (_, s), states in self._state.items():
-            if s == scorer:
-                scored += states.count(SCORED)
-                failed += sum(states.count(state) for state in _FAILED_STATES)
-        return scored, failed
-
-    def error_kinds(self, scorer: str) -> dict[str, int]:
-        """Failed rows of a scorer by error kind (every kind, 0 included; "unknown" only for
-        records that carry none)."""
-        found: dict[str, int] = {kind: 0 for kind in ERROR_KINDS}
-        unknown = 0
-        for (_, s), states in self._state.items():
-            if s == scorer:
-                for kind, state in _KIND_STATE.items():
-                    found[kind] += states.count(state)
-                unknown += states.count(FAILED)
-        if unknown:
-            found["unknown"] = unknown
-        return found
-
-
 class OutputFolder:
     """An output folder opened for appending: locked, its configuration checked or written.
 
-    Open it, then `resume` (read what is done, cut a torn last line), then `append` chunks.
+    Open it, then `resume` (read what is done, cut a torn last line), then `append` chunks
+    (asking `done` which rows to skip), then `write_summary`. Every record, read or appended,
+    goes to the folder's `ledger` (what is done) and to its aggregates (`summary.json`).
 
     Args:
         out: the folder (created when missing).
@@ -339,18 +269,93 @@ class OutputFolder:
         except BaseException:
             self.close()
             raise
+        self.files: list[str] = [d["path"] for d in self.config["data"]]
+        """The data files as the folder's records name them (its first run's paths)."""
+        self.ledger = Ledger(self.files)
+        """What is done: the latest outcome of every (file, row, scorer) in the folder."""
+        self.aggregates = _aggregator(self.config)
+        """The aggregates of every record in the folder (`summary.json`)."""
 
-    def resume(self, on_record: Callable[[Record], None]) -> int:
-        """Feed every record already in `results.jsonl` to `on_record`; cut a torn last line.
+    def resume(self) -> int:
+        """Read every record already in `results.jsonl`; cut a torn last line.
 
         Returns:
             The number of complete lines that did not parse (also in `bad_lines`).
         """
-        end, self.bad_lines = scan_results(self.results_path, on_record)
+        end, self.bad_lines = scan_results(self.results_path, self._take)
         if self.results_path.exists() and self.results_path.stat().st_size > end:
             os.truncate(self.results_path, end)  # a torn last line, from a crash
         self._resumed = True
         return self.bad_lines
+
+    def done(self, file: int, row: int, scorer: str) -> bool:
+        """True when (file, row, scorer) has a successful record in the folder (resume)."""
+        return self.ledger.done(file, row, scorer)
+
+    def append(self, records: list[Record]) -> list[Record]:
+        """Append a chunk's records durably (see `append_records`); after `resume`.
+
+        A record whose (row, scorer) already has a success is not written (a chunk scored
+        twice, as a Ray chunk retried after its actor died): a success is never scored twice.
+
+        Returns:
+            The records written.
+        """
+        if not self._resumed:
+            raise RuntimeError("OutputFolder.append before resume: a torn line would stay")
+        fresh = [r for r in records if not self._has(r)]
+        if self._file is None:
+            self._file = open(self.results_path, "a", encoding="utf-8")
+        append_records(self._file, fresh)
+        for record in fresh:
+            self._take(record)
+        return fresh
+
+    def _has(self, record: Record) -> bool:
+        file = self.ledger.file_index(record)
+        return file >= 0 and self.done(file, record["row"], record["scorer"])
+
+    def _take(self, record: Record) -> None:
+        self.ledger.add(record)
+        self.aggregates.add(record)
+
+    def write_summary(
+        self,
+        *,
+        engine: str | None,
+        file_errors: list[str],
+        duplicate_ids: dict[str, Any],
+        run: dict[str, Any],
+    ) -> Path:
+        """Write `summary.json` atomically: the configuration, the aggregates, this run.
+
+        Args:
+            engine: the engine(s) that scored, by name.
+            file_errors: data files that could not be read, one message each.
+            duplicate_ids: rows repeating an earlier row's id (`RepeatedIds.summary`).
+            run: this run's figures (rows, time, throughput).
+
+        Returns:
+            The path of `summary.json`.
+        """
+        summary = {
+            "version": CONFIG_VERSION,
+            "config_hash": self.config["hash"],
+            "model": self.config.get("model"),
+            "backend": self.config.get("backend"),
+            "engine": engine,
+            "options": self.config["options"],
+            "map": self.config["map"],
+            "data": self.files,
+            "file_errors": {"count": len(file_errors), "messages": list(file_errors)},
+            "duplicate_ids": duplicate_ids,
+            **self.aggregates.summary(),
+            "run": run,
+        }
+        path = self.path / "summary.json"
+        text = json.dumps(summary, indent=2, ensure_ascii=False)
+        write_atomic(path, replace_surrogates(text) + "\n")
+        return path
 
     def _check_config(self, new: dict[str, Any]) -> dict[str, Any]:
         out = self.path
@@ -377,21 +382,6 @@ class OutputFolder:
         write_atomic(path, json.dumps(new, indent=2, ensure_ascii=False) + "\n")
         return new
 
-    def append(self, records: list[Record]) -> None:
-        """Append a chunk's records durably (see `append_records`); after `resume`."""
-        if not self._resumed:
-            raise RuntimeError("OutputFolder.append before resume: a torn line would stay")
-        if self._file is None:
-            self._file = open(self.results_path, "a", encoding="utf-8")
-        append_records(self._file, records)
-
-    def write_summary(self, summary: dict[str, Any]) -> Path:
-        """Write `summary.json` atomically; returns its path."""
-        path = self.path / "summary.json"
-        text = json.dumps(summary, indent=2, ensure_ascii=False)
-        write_atomic(path, replace_surrogates(text) + "\n")
-        return path
-
     def close(self) -> None:
         """Close the records file and release the lock (safe to call twice)."""
         if self._file is not None:
@@ -406,6 +396,32 @@ class OutputFolder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_folder(out: Path) -> tuple[dict[str, Any], Aggregator, int]:
+    """Read an output folder without opening it (no lock: a run may be appending to it).
+
+    Returns:
+        Its configuration, the aggregates of its records, and the number of lines of
+        `results.jsonl` that did not parse.
+
+    Raises:
+        FileNotFoundError: the folder has no `config.json` (it is not an output folder).
+    """
+    config_path = out / "config.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{out} is not an evalgpu output folder (no config.json)")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    aggregates = _aggregator(config)
+    _, bad = scan_results(out / "results.jsonl", aggregates.add)
+    return config, aggregates, bad
+
+
+def _aggregator(config: dict[str, Any]) -> Aggregator:
+    """Empty aggregates for a folder of `config` (its scorers, files and scale)."""
+    return Aggregator(
+        config["scorer_ids"], [d["path"] for d in config["data"]], config_scale(config)
+    )
 
 
 def _lock(out: Path) -> int | None:

@@ -1,13 +1,12 @@
 """A sweep: scorers run into an output folder, resumably; the one way records reach a folder.
 
 A sweep derives the folder's configuration from what scores (`folder_config`: the scorers'
-own options and the judge as loaded), opens the folder (`evalgpu.storage`: lock,
-configuration, what is already done), streams rows through a `Driver` a chunk at a time,
-appends each chunk's records durably before the next chunk is read, keeps the aggregates
-(`evalgpu.report.Aggregator`) and the progress, and writes `summary.json` at the end. Memory
-depends on the chunk size, not on the number of rows. Running again with the same folder and
-configuration scores only what has no successful record; after a `kill -9`, at most the chunk
-in flight is lost.
+own options and the judge as loaded), opens the folder (`evalgpu.storage.OutputFolder`: lock,
+configuration, what is already done, appends, aggregates, `summary.json`), streams rows through
+a `Driver` a chunk at a time, appends each chunk's records durably before the next chunk is
+read, and keeps the progress. Memory depends on the chunk size, not on the number of rows.
+Running again with the same folder and configuration scores only what has no successful
+record; after a `kill -9`, at most the chunk in flight is lost.
 
 `evalgpu.evaluate` drives it (the command line calls `evaluate`); `run --ray` feeds it chunks
 scored by replicas (`add_chunk`).
@@ -24,12 +23,11 @@ from typing import Any
 from evalgpu.data import FileInfo, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.engines.base import Engine
-from evalgpu.report import Aggregator
 from evalgpu.results import RESULT_VERSION, Record
 from evalgpu.rows import RepeatedIds, Row
 from evalgpu.runner import WaveStats
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.storage import CONFIG_VERSION, OutputFolder, config_hash, config_scale
+from evalgpu.storage import CONFIG_VERSION, OutputFolder, config_hash
 
 __all__ = ["Progress", "Sweep", "folder_config", "judge_model"]
 
@@ -58,11 +56,11 @@ class Progress:
 
 
 class Sweep:
-    """An output folder opened for `scorers`: configured, locked, resumed, records aggregated.
+    """An output folder opened for `scorers`: configured, locked, resumed, its progress kept.
 
     Use it as a context manager (it holds the folder's lock). `stream` scores rows into it (or
-    `add_chunk` takes chunks scored elsewhere, skipping what `done` says), and `finish` writes
-    `summary.json`.
+    `add_chunk` takes chunks scored elsewhere, skipping what `folder.done` says), and `finish`
+    writes `summary.json`.
 
     Args:
         out: the output folder (created; an existing one is resumed).
@@ -92,16 +90,15 @@ class Sweep:
         infos = [inspect_file(p) for p in paths] if paths is not None else None
         self.folder = OutputFolder(out, folder_config(self.scorers, self.mapping, paths, infos))
         try:
-            self.config = self.folder.config
-            self.ids: list[str] = self.config["scorer_ids"]
-            # The folder's own paths: the records already written name their files by them.
-            self.files: list[str] = [d["path"] for d in self.config["data"]]
-            self.aggregator = Aggregator(self.ids, self.files, config_scale(self.config))
-            self.bad_lines = self.folder.resume(self.aggregator.add)
+            self.bad_lines = self.folder.resume()
             """Complete lines of results.jsonl that did not parse (skipped)."""
         except BaseException:
             self.folder.close()
             raise
+        self.config = self.folder.config
+        self.ids: list[str] = self.config["scorer_ids"]
+        # The folder's own paths: the records already written name their files by them.
+        self.files = self.folder.files
         self.progress = Progress(rows_total=_total_rows(infos, limit))
         self.file_errors: list[str] = []
         """Files that could not be read (or stopped partway), one message each."""
@@ -161,7 +158,7 @@ class Sweep:
         for chunk, records in driver.stream(
             self._note_ids(rows, driver, on_notice or (lambda _: None)),
             chunk_size=chunk_size,
-            done=self.done,
+            done=self.folder.done,
             on_skip=skipped,
         ):
             self.add_chunk(len(chunk), records, on_error=on_error)
@@ -179,10 +176,6 @@ class Sweep:
                 tell(notice)
             yield row
 
-    def done(self, file: int, row: int, scorer: str) -> bool:
-        """True when (file, row, scorer) has a successful record in the folder (resume)."""
-        return self.aggregator.done(file, row, scorer)
-
     def add_chunk(
         self,
         rows: int,
@@ -190,22 +183,22 @@ class Sweep:
         *,
         on_error: Callable[[str], None] | None = None,
     ) -> None:
-        """Append one scored chunk's records durably, then count them (aggregates, progress).
+        """Append one scored chunk's records durably, then count them in the progress.
 
         `stream` calls it for every chunk; a driver that scores chunks elsewhere (Ray actors
         running `Driver.score_chunk`) calls it with each chunk's records as they come back.
 
         Args:
             rows: the rows the chunk held.
-            records: their records (`Driver.score_chunk`).
+            records: their records (`Driver.score_chunk`); those the folder already has a
+                success for are dropped (`OutputFolder.append`).
             on_error: called with each failed record's error message.
         """
-        self.folder.append(records)
+        written = self.folder.append(records)
         progress = self.progress
         progress.rows_run += rows
         progress.rows_done += rows
-        for r in records:
-            self.aggregator.add(r)
+        for r in written:
             if r["error"] is None:
                 progress.scored += 1
             else:
@@ -217,19 +210,11 @@ class Sweep:
         """Write `summary.json` (aggregates of every record in the folder, and this run)."""
         p = self.progress
         wall = p.elapsed
-        summary = {
-            "version": CONFIG_VERSION,
-            "config_hash": self.config["hash"],
-            "model": self.config.get("model"),
-            "backend": self.config.get("backend"),
-            "engine": self.engine_name,
-            "options": self.config["options"],
-            "map": self.config["map"],
-            "data": self.files,
-            "file_errors": {"count": len(self.file_errors), "messages": list(self.file_errors)},
-            "duplicate_ids": self.repeats.summary(),
-            **self.aggregator.summary(),
-            "run": {
+        return self.folder.write_summary(
+            engine=self.engine_name,
+            file_errors=self.file_errors,
+            duplicate_ids=self.repeats.summary(),
+            run={
                 "wall_s": round(wall, 3),
                 "rows": p.rows_run,
                 "resumed_rows": p.resumed,
@@ -238,8 +223,7 @@ class Sweep:
                 "chunk_size": chunk_size,
                 "limit": limit,
             },
-        }
-        return self.folder.write_summary(summary)
+        )
 
 
 def judge_model(engine: Engine) -> str | None:

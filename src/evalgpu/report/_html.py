@@ -6,7 +6,7 @@ import html
 import math
 from typing import Any
 
-from evalgpu.report import failure_line, fmt, format_report, where
+from evalgpu.report._text import failure_line, fmt, table, where
 
 __all__ = ["html_report"]
 
@@ -83,7 +83,7 @@ def html_report(
         f"<p>Model {e(str(config.get('model') or 'default'))}, backend "
         f"{e(str(config.get('backend')))}; data {e(data)}; "
         f"config {e(config.get('hash', '')[:12])}.</p>",
-        f"<pre>{e(format_report(summary, several_files).split(chr(10) + chr(10))[0])}</pre>",
+        f"<pre>{e(table(summary))}</pre>",
     ]
     for scorer, s in summary["scorers"].items():
         body.append(f"<h2>{e(scorer)}</h2>")
