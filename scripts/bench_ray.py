@@ -1,6 +1,6 @@
 """`scripts/bench.py --ray`: the same rows scored locally and on Ray, in one run.
 
-Both sides are whole sweeps into an output folder (`open_sweep`), so they do the same work:
+Both sides are whole sweeps into an output folder (`evaluate`, `run_ray`), so they do the same work:
 read, score a chunk at a time, append, write summary.json. It times
 
   local   `sweep.run(engine)` in this process, the engine loaded beforehand (timed apart);
@@ -34,9 +34,9 @@ from typing import Any
 
 from evalgpu.distributed import run_ray
 from evalgpu.engines import load_engine
+from evalgpu.evaluation import evaluate
 from evalgpu.runner import reply_cache
 from evalgpu.settings import RunSettings
-from evalgpu.sweep import open_sweep
 
 
 def _records(out: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
@@ -123,11 +123,11 @@ def compare(
             # each Ray run's fresh replicas do.
             reply_cache(engine)._replies.clear()
             t = time.perf_counter()
-            with open_sweep(settings) as sweep:
-                if side == "local":
-                    sweep.run(engine)
-                else:
-                    run_ray(sweep, replicas=replicas)
+            if side == "local":
+                scorers = settings.build_scorers(engine)
+                evaluate(settings.data, scorers, out=settings.out, chunk_size=chunk_size).run()
+            else:
+                run_ray(settings, replicas=replicas)
             walls[side] = time.perf_counter() - t
         local, remote = _records(work / f"{name}-local"), _records(work / f"{name}-ray")
         return {
