@@ -272,11 +272,13 @@ def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any
             row["human_score"] = record.get("human_score")
         if kind != "attribution" and result.error is None:
             steps = getattr(result, "preprocess_step_result", None) or {}
-            claims = [v["claim"] for v in steps.get("alignment", [])]
-            row["claims_in_summary"] = [
-                sum(in_text(c, record["summary"]) for c in claims),
-                len(claims),
-            ]
+            listed = steps.get("alignment")  # a design without listed claims has none
+            if isinstance(listed, list):
+                claims = [v["claim"] for v in listed]
+                row["claims_in_summary"] = [
+                    sum(in_text(c, record["summary"]) for c in claims),
+                    len(claims),
+                ]
         rows.append(row)
     return rows
 
