@@ -930,23 +930,32 @@ def test_a_config_change_is_refused(capsys: pytest.CaptureFixture[str], tmp_path
     assert len(records(out)) == 2
 
 
-def test_a_folder_of_the_earlier_configuration_shape_is_resumed_or_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def _two_of_three_rows_as_written_before(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, **earlier: Any
+) -> tuple[list[str], Path, dict[str, Any]]:
+    """A folder with 2 of 3 rows scored, its config.json rewritten with `earlier`'s keys (and
+    another hash); the run's arguments, the folder and the config as it was written."""
     data, out = write_jsonl(tmp_path / "d.jsonl", summary_rows(3)), tmp_path / "out"
     base = [a.format(data=data, out=out) for a in [*RUN, *SCRIPTED]]
     assert run_cli(capsys, *base, "--limit", "2")[0] == 0
     now = json.loads((out / "config.json").read_text())
+    changed = {**now, **earlier, "hash": "0123456789abcdef"}
+    (out / "config.json").write_text(json.dumps(changed))
+    return base, out, now
+
+
+def test_a_folder_of_the_earlier_configuration_shape_is_resumed_or_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     # As version 1 wrote it: the judge as asked for ("auto", no model), shared options.
-    earlier = {
-        **now,
-        "version": 1,
-        "scorers": ["summarization"],
-        "backend": "auto",
-        "options": {"max_questions": 10, "scale": 1.0},
-        "hash": "0123456789abcdef",
-    }
-    (out / "config.json").write_text(json.dumps(earlier))
+    base, out, now = _two_of_three_rows_as_written_before(
+        capsys,
+        tmp_path,
+        version=1,
+        scorers=["summarization"],
+        backend="auto",
+        options={"max_questions": 10, "scale": 1.0},
+    )
     code, _, err = run_cli(capsys, *base, "--max-questions", "3")
     assert code == 2 and "(options: summarization-scorer max_questions: 10 -> 3)" in err
     code, _, err = run_cli(capsys, *base)
@@ -958,12 +967,7 @@ def test_a_folder_of_the_earlier_configuration_shape_is_resumed_or_refused(
 def test_a_folder_of_the_earlier_judge_pipeline_is_refused_not_mixed(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    data, out = write_jsonl(tmp_path / "d.jsonl", summary_rows(3)), tmp_path / "out"
-    base = [a.format(data=data, out=out) for a in [*RUN, *SCRIPTED]]
-    assert run_cli(capsys, *base, "--limit", "2")[0] == 0
-    config = json.loads((out / "config.json").read_text())
-    earlier = {**config, "result_version": 1, "hash": "0123456789abcdef"}
-    (out / "config.json").write_text(json.dumps(earlier))
+    base, out, _ = _two_of_three_rows_as_written_before(capsys, tmp_path, result_version=1)
     code, _, err = run_cli(capsys, *base)
     assert code == 2
     assert "results of judge pipeline version 1, this one scores version 2" in err
