@@ -554,8 +554,9 @@ def main(argv: list[str] | None = None) -> int:
         "--offset",
         type=int,
         default=0,
-        help="skip the first K rows (after --seed shuffle): with --limit, a slice held out from "
-        "the rows a figure is reported on, to develop prompts on",
+        help="skip the first K rows (after --seed shuffle; FRANK: the first K pairs of the same "
+        "draw): with --limit (--pairs), a slice held out from the rows a figure is reported on, "
+        "or one of the slices a run is split into (--merge)",
     )
     parser.add_argument(
         "--seed", type=int, default=1234, help="shuffle seed for --limit (-1: file order)"
@@ -648,9 +649,13 @@ def main(argv: list[str] | None = None) -> int:
     kind = kind_of(records[0])
     pairs = kind == "faithfulness"
     if pairs:
-        if args.limit is not None or args.offset:
-            parser.error("FRANK rows are sampled in pairs: use --pairs N, not --limit or --offset")
-        records = sample_pairs(records, args.pairs, seed=max(args.seed, 0))
+        if args.limit is not None:
+            parser.error("FRANK rows are sampled in pairs: use --pairs N, not --limit")
+        # --offset K skips the first K pairs of the same draw: slices of one sample, scored
+        # side by side and merged (--merge), are that sample.
+        drawn = sample_pairs(records, None, seed=max(args.seed, 0))
+        end = None if args.pairs is None else 2 * (args.offset + args.pairs)
+        records = drawn[2 * args.offset : end]
     elif args.pairs is not None:
         parser.error("--pairs applies to FRANK (label_faithful) files; use --limit")
     elif args.limit is not None or args.offset:

@@ -211,8 +211,13 @@ def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
     assert claims["share"] == 1.0
     with pytest.raises(SystemExit):
         agreement.main([str(data), "--backend", "scripted", "--limit", "4"])
-    with pytest.raises(SystemExit):
-        agreement.main([str(data), "--backend", "scripted", "--offset", "2"])
+    # --offset slices the same draw of pairs: two slices are the whole sample.
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    base = [str(data), "--backend", "scripted"]
+    agreement.main([*base, "--pairs", "2", "--json", str(first)])
+    agreement.main([*base, "--pairs", "1", "--offset", "2", "--json", str(second)])
+    ids = [r["id"] for f in (first, second) for r in json.loads(f.read_text())["scored"]]
+    assert ids == [r["id"] for r in result["scored"]]
 
 
 def test_agreement_offset_holds_out_the_rows_a_figure_is_reported_on(tmp_path, monkeypatch):
