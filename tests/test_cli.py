@@ -1184,18 +1184,8 @@ def test_run_states_the_verdict_mode_it_defaults_to(
     )
     assert code == 0, err
     assert "evalgpu: hard verdicts (the reference's default; --verdicts soft for the other)" in err
-    code, _, err = run_cli(
-        capsys,
-        "run",
-        data,
-        "--scorer",
-        "summarization",
-        "--out",
-        tmp_path / "b",
-        "--verdicts",
-        "soft",
-        *SCRIPTED,
-    )
+    soft = ["run", data, "--scorer", "summarization", "--out", tmp_path / "b", "--verdicts", "soft"]
+    code, _, err = run_cli(capsys, *soft, *SCRIPTED)
     assert code == 0, err
     assert "verdicts (" not in err  # asked for: nothing to state
     config = json.loads((tmp_path / "b" / "config.json").read_text())
