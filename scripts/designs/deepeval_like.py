@@ -65,6 +65,7 @@ from evalgpu.verdicts import (
     Verdict,
     budget,
     distinct,
+    questions_schema,
 )
 
 NAME = "deepeval"
@@ -163,15 +164,6 @@ class SentenceVerdict(Verdict):
 class RecallVerdicts(BaseModel):
     model_config = _STRICT
     verdicts: list[SentenceVerdict]
-
-
-@cache
-def questions_schema(n: int) -> type[Questions]:
-    return create_model(
-        f"DeepevalQuestions{n}",
-        __base__=Questions,
-        questions=(list[Text], Field(min_length=1, max_length=n)),
-    )
 
 
 @cache

@@ -29,10 +29,12 @@ from evalgpu.verdicts import (
     CLAIM_CHARS,
     MAX_CLAIMS,
     REASON_CHARS,
+    Questions,
     Verdict,
     budget,
     distinct,
     mean_p,
+    questions_schema,
 )
 
 NAME = "mastra-1call"
@@ -110,11 +112,6 @@ class Coverage(BaseModel):
     coverage: list[CoverageVerdict]
 
 
-class Questions(BaseModel):
-    model_config = _STRICT
-    questions: list[Text]
-
-
 class Claims(BaseModel):
     """Reply of `mastra.claims`: the ground truth's claims."""
 
@@ -134,15 +131,6 @@ class AttributionVerdict(Verdict):
 class Attribution(BaseModel):
     model_config = _STRICT
     verdicts: list[AttributionVerdict]
-
-
-@cache
-def questions_schema(n: int) -> type[Questions]:
-    return create_model(
-        f"MastraQuestions{n}",
-        __base__=Questions,
-        questions=(list[Text], Field(min_length=1, max_length=n)),
-    )
 
 
 @cache
