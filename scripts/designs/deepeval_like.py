@@ -56,6 +56,7 @@ from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import Steps
 from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers.context_recall import numbered_passages
 from evalgpu.verdicts import (
     CLAIM_CHARS,
     MAX_CLAIMS,
@@ -230,7 +231,7 @@ def answers_request(tag: str, text: str, questions: list[str]) -> JudgeRequest:
 
 
 def recall_request(passages: list[str], sentences: list[str]) -> JudgeRequest:
-    context = "\n\n".join(f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1))
+    context = numbered_passages(passages)
     user = f"{context}\n\n{fence('answer', numbered(sentences))}\n\n{RECALL_TASK}"
     return JudgeRequest(
         "deepeval.recall",

@@ -22,6 +22,7 @@ from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.prompting import fence, judge_chat
 from evalgpu.results import Steps
 from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers.context_recall import numbered_passages
 from evalgpu.verdicts import REASON_CHARS, Verdict, budget
 
 NAME = "direct"
@@ -92,7 +93,7 @@ def coverage_request(source: str, summary: str) -> JudgeRequest:
 
 
 def recall_request(passages: list[str], answer: str) -> JudgeRequest:
-    context = "\n\n".join(f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1))
+    context = numbered_passages(passages)
     user = f"{context}\n\n{fence('answer', answer)}\n\n{RECALL_TASK}"
     return JudgeRequest("direct.recall", judge_chat(user), Supported, budget(1, REASON_CHARS))
 

@@ -28,6 +28,7 @@ from evalgpu.results import Steps
 from evalgpu.scorers import context_recall, summarization
 from evalgpu.scorers._checks import CHECK_TASK
 from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers.context_recall import numbered_passages
 from evalgpu.verdicts import Answered, Claims, Questions, SaysYes, Supported, distinct, mean_p
 
 NAME = "evalgpu-list"
@@ -113,9 +114,7 @@ def recall_steps(passages: list[str], ground_truth: str, *, scorer_id: str, scal
     (listed,) = yield [context_recall.claims_request(ground_truth)]
     assert isinstance(listed, Claims)
     claims, _ = distinct(list(listed.claims))
-    evidence = "\n\n".join(
-        f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1)
-    )
+    evidence = numbered_passages(passages)
     (checked,) = yield [
         list_request("evalgpu-list.attribution", evidence, "passages", claims, Supported)
     ]

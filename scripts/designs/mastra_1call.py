@@ -25,6 +25,7 @@ from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import Steps
 from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers.context_recall import numbered_passages
 from evalgpu.verdicts import (
     CLAIM_CHARS,
     MAX_CLAIMS,
@@ -202,7 +203,7 @@ def claims_request(ground_truth: str) -> JudgeRequest:
 
 def attribution_request(passages: list[str], claims: list[str]) -> JudgeRequest:
     """Every claim against the numbered passages in one call, the reason before the verdict."""
-    context = "\n\n".join(f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1))
+    context = numbered_passages(passages)
     user = f"{context}\n\n{fence('claims', numbered(claims))}\n\n{ATTRIBUTION_TASK}"
     return JudgeRequest(
         "mastra.attribution",

@@ -171,9 +171,14 @@ def claims_request(ground_truth: str) -> JudgeRequest:
     return _claims("context_recall.claims", "answer", ground_truth)
 
 
+def numbered_passages(passages: Sequence[str]) -> str:
+    """The passages, each fenced and numbered from 1, as every attribution prompt shows them."""
+    return "\n\n".join(f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1))
+
+
 def attribution_request(passages: list[str], claim: str) -> JudgeRequest:
     """One claim checked against the numbered passages: the verdict, then the passages cited."""
-    context = "\n\n".join(f"Passage {i}:\n{fence('passage', p)}" for i, p in enumerate(passages, 1))
+    context = numbered_passages(passages)
     return check_request(
         "context_recall.attribution",
         context,
