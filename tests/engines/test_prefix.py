@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from evalgpu.engines._prefix import PrefixStore, common_prefix
+from evalgpu.engines import _prefix
+from evalgpu.engines._prefix import PrefixStore, auto_budget, common_prefix
 
 LAYERS, HEADS, DIM = 2, 2, 4
 TOKEN_BYTES = LAYERS * 2 * HEADS * DIM * 4  # keys and values in float32: 128 bytes a token
@@ -185,3 +186,20 @@ def test_clear_forgets_every_entry_and_its_bytes():
     store.clear()
     assert len(store) == 0 and store.nbytes == 0
     assert store.longest(tokens(0, 25)) == (None, 0)
+
+
+def test_the_default_budget_is_a_quarter_of_the_available_memory(monkeypatch):
+    monkeypatch.setattr(_prefix, "_mem_available", lambda: 8 << 30)
+    assert auto_budget("cpu") == 2 << 30
+
+
+def test_the_default_budget_is_never_below_its_floor(monkeypatch):
+    monkeypatch.setattr(_prefix, "_mem_available", lambda: 100 << 20)
+    assert auto_budget("cpu") == 256 << 20
+
+
+def test_the_available_memory_is_read_from_meminfo():
+    # This machine has a /proc/meminfo; the value is positive and below the total.
+    with open("/proc/meminfo") as meminfo:
+        total = int(next(meminfo).split()[1]) << 10
+    assert 0 < _prefix._mem_available() <= total

@@ -33,12 +33,49 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MIN_REUSE", "PrefixEntry", "PrefixStore", "common_prefix"]
+__all__ = ["MIN_REUSE", "PrefixEntry", "PrefixStore", "auto_budget", "common_prefix"]
 
 MIN_REUSE = 16
 """Fewest matching tokens for which a stored cache is copied, and fewest tokens of an entry:
 fewer save next to nothing (a chat template's opening tokens) for a copy of every layer.
 A guard, not a measured optimum."""
+
+
+AUTO_SHARE = 4
+"""`auto_budget` gives the store a quarter of the memory available when the engine loads."""
+AUTO_MIN = 256 << 20
+
+
+def auto_budget(device: str) -> int:
+    """The store's byte budget when none is given: a quarter of the memory available now
+    (a GPU's free memory, or the system's `MemAvailable`), at least 256 MiB.
+
+    Why sized by the machine and not a constant: the store pays off only when it holds every
+    source of a chunk from its questions wave to its verify wave, and a chunk of the default
+    256 rows holds up to 256 sources (about 25 MB each for a 1,000-token source and a 1.5 B
+    judge: 28 layers x 2 key-value heads x 128 x 2 bytes x 2, keys and values, per token).
+    A fixed 1 GiB held 40 of them, and a 60-article FRANK run computed most sources again in
+    its verify wave. A quarter leaves room for a second process and for the decode batch.
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        free = int(torch.cuda.mem_get_info(torch.device(device))[0])
+    else:
+        free = _mem_available()
+    return max(AUTO_MIN, free // AUTO_SHARE)
+
+
+def _mem_available() -> int:
+    """The system's available memory in bytes (`/proc/meminfo`; elsewhere, 4 GiB)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) << 10
+    except OSError:
+        pass
+    return 4 << 30
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

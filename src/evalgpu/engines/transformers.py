@@ -28,7 +28,7 @@ from evalgpu.engines._constraint import Grammars
 from evalgpu.engines._decode import Decoder, Slot, literal_masks
 from evalgpu.engines._heap import map_large_blocks
 from evalgpu.engines._parse import reply_from_text
-from evalgpu.engines._prefix import PrefixStore
+from evalgpu.engines._prefix import PrefixStore, auto_budget
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
 
@@ -85,7 +85,9 @@ class TransformersEngine:
         prefix_cache_mb: the byte budget, in MiB, of the prefix store, which keeps the KV
             caches of prompt prefixes across `generate` calls (`evalgpu.engines._prefix`:
             a source's prefix is computed once for the questions wave and the verify wave
-            after it); 0 turns it off. Replies are the same up to float rounding.
+            after it); None: a quarter of the memory available once the model is loaded
+            (`evalgpu.engines._prefix.auto_budget`); 0 turns it off. Replies are the same
+            up to float rounding.
     """
 
     name = "transformers"
@@ -105,7 +107,7 @@ class TransformersEngine:
         seed: int = 0,
         prefill_tokens: int = 8192,
         prefill_chunk: int = 1024,
-        prefix_cache_mb: int = 1024,
+        prefix_cache_mb: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -113,7 +115,7 @@ class TransformersEngine:
             raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {compute!r}")
         if prefill_chunk < 1:
             raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        if prefix_cache_mb < 0:
+        if prefix_cache_mb is not None and prefix_cache_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
         if threads is not None and threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -132,7 +134,6 @@ class TransformersEngine:
         self.seed = seed
         self.prefill_tokens = prefill_tokens
         self.prefill_chunk = prefill_chunk
-        self.prefix_store = PrefixStore(prefix_cache_mb << 20) if prefix_cache_mb else None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer: Any = cast(Any, AutoTokenizer.from_pretrained(model_path))
         self.tokenizer.padding_side = "left"
@@ -145,6 +146,8 @@ class TransformersEngine:
             torch_dtype,
             attn_implementation,
         )
+        budget = auto_budget(self.device) if prefix_cache_mb is None else prefix_cache_mb << 20
+        self.prefix_store = PrefixStore(budget) if budget else None
         on = f"{self.threads} thread(s)" if self.device == "cpu" else self.device
         print(
             f"evalgpu: transformers engine computes in {self.compute} ({why}), on {on}",
