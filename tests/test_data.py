@@ -9,8 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evalgpu import data
+from evalgpu import create_summarization_scorer, data, evaluate
 from evalgpu.data import RowError, file_format, inspect_file, read_rows
+from evalgpu.engines.scripted import ScriptedEngine
+from samples import COMPANY, GOOD, read_summary, records, successes, summary_rows, write_jsonl
 
 ROWS = [
     {"id": "a", "source": "One. Two.", "summary": "One.", "context": ["p1", "p2"]},
@@ -161,7 +163,7 @@ def test_reading_is_lazy(tmp_path: Path) -> None:
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE_INT = "7" * 100_000  # over Python's 4,300-digit limit for int("...")
-GOOD = {"id": "good", "summary": "fine"}
+GOOD_ROW = {"id": "good", "summary": "fine"}
 
 
 def test_jsonl_hostile_lines_fail_their_row_only(
@@ -169,7 +171,7 @@ def test_jsonl_hostile_lines_fail_their_row_only(
 ) -> None:
     monkeypatch.setattr(data, "MAX_ROW_BYTES", 300_000)
     path = tmp_path / "d.jsonl"
-    good = json.dumps(GOOD).encode()
+    good = json.dumps(GOOD_ROW).encode()
     lines = [
         DEEP.encode(),
         b'{"id": "n", "summary": ' + HUGE_INT.encode() + b"}",
@@ -185,7 +187,7 @@ def test_jsonl_hostile_lines_fail_their_row_only(
     path.write_bytes(b"".join(line + b"\n" + good + b"\n" for line in lines))
     got = rows(path)
     assert len(got) == 2 * len(lines)
-    assert all(record == GOOD for _, record in got[1::2])  # every good row, after each bad one
+    assert all(record == GOOD_ROW for _, record in got[1::2])  # every good row, after each bad one
     bad = dict(got[0::2])
     assert bad[1] == RowError("line cannot be decoded: nested too deeply to decode")
     assert isinstance(bad[3], RowError)
@@ -207,7 +209,7 @@ def test_json_array_elements_that_cannot_be_decoded_are_skipped_exactly(
 ) -> None:
     monkeypatch.setattr(data, "_BLOCK", block)
     monkeypatch.setattr(data, "MAX_ROW_BYTES", 300_000)
-    good = json.dumps(GOOD)
+    good = json.dumps(GOOD_ROW)
     # Brackets and escaped quotes inside strings must not fool the scanner that skips.
     tricky = '{"a": "]]\\"[[{", "b": ' + "[" * 5000 + '"\\\\"' + "]" * 5000 + "}"
     elements = [
@@ -222,7 +224,7 @@ def test_json_array_elements_that_cannot_be_decoded_are_skipped_exactly(
     path.write_text("[" + ",\n".join(f"{e}, {good}" for e in elements) + "]", encoding="utf-8")
     got = rows(path)
     assert [n for n, _ in got] == list(range(1, 2 * len(elements) + 1))
-    assert all(record == GOOD for _, record in got[1::2])
+    assert all(record == GOOD_ROW for _, record in got[1::2])
     bad = [record for _, record in got[0::2]]
     assert all(isinstance(b, RowError) for b in bad)
     messages = [b.message for b in bad if isinstance(b, RowError)]
@@ -330,3 +332,161 @@ def test_parquet_that_breaks_partway_is_a_file_error_after_its_good_rows(tmp_pat
             seen.append(row)
     assert str(path) in str(caught.value)
     assert seen[:1024] == list(range(1, 1025))
+
+
+# Through a run: each format's rows scored, hostile rows and unreadable files
+
+
+def test_every_format_scores_the_same_with_its_own_row_numbers(tmp_path: Path) -> None:
+    rows = [
+        {"id": "a", "source": COMPANY, "summary": GOOD},
+        {"id": "b", "source": COMPANY, "summary": "The company was founded in 1990."},
+    ]
+    write_jsonl(tmp_path / "d.jsonl", [rows[0], "", rows[1]])  # a blank line: line numbers 1, 3
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    with open(tmp_path / "d.csv", "w", encoding="utf-8", newline="") as f:
+        f.write("id,source,summary\n")
+        for r in rows:
+            f.write(f'{r["id"]},"{r["source"]}","{r["summary"]}"\n')
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    expected_rows = {"jsonl": [1, 3], "json": [1, 2], "csv": [2, 3], "parquet": [1, 2]}
+    scores = {}
+    for fmt, numbers in expected_rows.items():
+        scorer = create_summarization_scorer(ScriptedEngine())
+        got = evaluate(tmp_path / f"d.{fmt}", [scorer], out=tmp_path / f"out-{fmt}").run()
+        assert [r["row"] for r in records(tmp_path / f"out-{fmt}")] == numbers
+        assert [r["id"] for r in records(tmp_path / f"out-{fmt}")] == ["a", "b"]
+        assert got.summary is not None
+        scores[fmt] = [r["score"] for r in records(tmp_path / f"out-{fmt}")]
+    assert len({tuple(s) for s in scores.values()}) == 1
+    assert scores["jsonl"][0] > scores["jsonl"][1]
+
+
+def _hostile_files(tmp_path: Path) -> dict[str, tuple[Path, dict[int, str]]]:
+    """Each format's file: good rows (id "g<row>") around hostile ones; the bad rows' numbers
+    with what their error must say."""
+    good = {"source": COMPANY, "summary": GOOD}
+    files: dict[str, tuple[Path, dict[int, str]]] = {}
+
+    lines = [
+        DEEP,
+        '{"id": "n", "summary": ' + HUGE_INT + "}",
+        '{"id": "s", "source": "x", "summary": "half a pair \\ud83d"}',
+        '{"id": "inf", "source": "x", "summary": 1e999999}',
+        '"a string"',
+        "not json",
+    ]
+    body = b""
+    for i, line in enumerate(lines):
+        body += line.encode() + b"\n"
+        body += json.dumps({"id": f"g{2 * i + 2}", **good}).encode() + b"\n"
+    body += b'{"id": "\xff"}\n' + json.dumps({"id": "g14", **good}).encode() + b"\n"
+    (tmp_path / "h.jsonl").write_bytes(body)
+    files["jsonl"] = (
+        tmp_path / "h.jsonl",
+        {
+            1: "row 1: line cannot be decoded: nested too deeply to decode",
+            3: "row 3: line cannot be decoded: Exceeds the limit (4300 digits)",
+            5: 'row 5 (id "s"): summary: text holds a lone surrogate (\\ud83d)',
+            7: 'row 7 (id "inf"): summary: must be a string or a list of messages, got a number',
+            9: "row 9: a row must be a JSON object, got a string",
+            11: "row 11: line is not valid JSON",
+            13: "row 13: line is not valid UTF-8",
+        },
+    )
+
+    elements = [DEEP, HUGE_INT, '{"id": "s", "source": "x", "summary": "\\udfff"}', "null"]
+    text = ", ".join(
+        f"{e}, {json.dumps({'id': f'g{2 * i + 2}', **good})}" for i, e in enumerate(elements)
+    )
+    (tmp_path / "h.json").write_text(f"[{text}]", encoding="utf-8")
+    files["json"] = (
+        tmp_path / "h.json",
+        {
+            1: "row 1: element cannot be decoded: nested too deeply to decode",
+            3: "row 3: element cannot be decoded: Exceeds the limit (4300 digits)",
+            5: 'row 5 (id "s"): summary: text holds a lone surrogate (\\udfff)',
+            7: "row 7: a row must be a JSON object, got null",
+        },
+    )
+
+    (tmp_path / "h.csv").write_bytes(
+        b"id,source,summary,context\n"
+        + f'g2,"{COMPANY}","{GOOD}","{"[" * 5000}"\n'.encode()  # a deep JSON-like cell is text
+        + b'b,x,"\xff\xfe",\n'
+        + b'c,x,y,"[""\\ud800""]"\n'
+        + b"d,too,many,fields,here\n"
+        + f'g6,"{COMPANY}","{GOOD}",\n'.encode()
+    )
+    files["csv"] = (
+        tmp_path / "h.csv",
+        {
+            3: "row 3: line is not valid UTF-8",
+            4: 'row 4 (id "c"): context: text holds a lone surrogate (\\ud800)',
+            5: "row 5: line has 5 fields, the header has 4",
+        },
+    )
+
+    summaries = _invalid_utf8_strings([GOOD.encode(), b"\xff\xfe", GOOD.encode()])
+    table = pa.table({"id": ["g1", "b", "g3"], "source": [COMPANY] * 3, "summary": summaries})
+    pq.write_table(table, tmp_path / "h.parquet")
+    files["parquet"] = (
+        tmp_path / "h.parquet",
+        {2: "row 2 (id \"b\"): summary: the cell cannot be read ('utf-8' codec"},
+    )
+    return files
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet"])
+def test_hostile_rows_are_their_own_errors_in_every_format(tmp_path: Path, fmt: str) -> None:
+    path, bad = _hostile_files(tmp_path)[fmt]
+    out = tmp_path / "out"
+    errors: list[str] = []
+    scorers = [create_summarization_scorer(ScriptedEngine())]
+    evaluate(path, scorers, out=out, on_error=errors.append).run()
+    raw = (out / "results.jsonl").read_bytes()
+    got = [json.loads(line) for line in raw.decode("utf-8").splitlines()]  # strict UTF-8
+    for record in got:
+        if record["row"] in bad:
+            message = bad[record["row"]]
+            assert record["error"].startswith(message), record["error"]
+            assert record["errorKind"] == "input" and record["score"] is None
+            assert record["error"] in errors  # told as it happened
+        else:
+            assert record["error"] is None and record["id"] == f"g{record['row']}", record
+    assert {r["row"] for r in got} >= set(bad)
+    assert sum(r["error"] is None for r in got) >= 2
+    summary = read_summary(out)
+    assert summary["scorers"]["summarization-scorer"]["errors"]["input"] == len(bad)
+    assert summary["file_errors"] == {"count": 0, "messages": []}
+
+
+def test_a_file_that_cannot_be_read_is_named_counted_and_the_run_goes_on(tmp_path: Path) -> None:
+    many_bad = write_jsonl(tmp_path / "a.jsonl", ["{bad"] * 25)
+    not_array = tmp_path / "b.json"
+    not_array.write_text('{"id": "x"}')
+    not_parquet = tmp_path / "c.parquet"
+    not_parquet.write_bytes(b"PAR1 but not really")
+    good = write_jsonl(tmp_path / "d.jsonl", summary_rows(2))
+    broken = tmp_path / "e.json"  # a malformed element: where the next one starts is unknown
+    broken.write_text(f'[{json.dumps(summary_rows(1)[0])}, {{"id": "c" "x"}}, {{"id": "d"}}]')
+    out = tmp_path / "out"
+    files = [many_bad, not_array, not_parquet, good, broken]
+    notices: list[str] = []
+    scorers = [create_summarization_scorer(ScriptedEngine())]
+    run = evaluate(files, scorers, out=out, on_notice=notices.append).run()
+    assert len(successes(out)) == 3
+    assert len(run.file_errors) == 3 and set(run.file_errors) <= set(notices)  # each told
+    told = "\n".join(notices)
+    assert f"{not_array}: a .json file must hold an array of rows" in told
+    assert f"{not_parquet}: not a readable Parquet file" in told
+    assert f"{broken}: reading stopped at element 2 (element is not valid JSON" in told
+    summary = read_summary(out)
+    assert summary["file_errors"]["count"] == 3
+    assert [m.split(":")[0] for m in summary["file_errors"]["messages"]] == [
+        str(not_array),
+        str(not_parquet),
+        str(broken),
+    ]
+    (row_error,) = [r for r in records(out) if r["file"] == str(broken) and r["error"]]
+    assert row_error["row"] == 2 and "the rest of the file is not read" in row_error["error"]

@@ -1,14 +1,18 @@
-"""The driver's seams: a chunk scored into records without writing; resume by `done`."""
+"""The driver's seams: a chunk scored into records without writing; resume by `done`; a row
+that cannot be prepared fails alone."""
 
 from __future__ import annotations
 
-from evalgpu import create_context_recall_scorer, create_summarization_scorer
+from typing import Any
+
+import pytest
+
+from evalgpu import create_context_recall_scorer, create_summarization_scorer, evaluate
 from evalgpu.data import RowError
 from evalgpu.driver import Driver
 from evalgpu.engines.scripted import ScriptedEngine
-from evalgpu.rows import Row
-
-SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
+from evalgpu.rows import Row, RowReader
+from samples import SOURCE, summary_rows
 
 
 def test_score_chunk_returns_records_in_row_then_scorer_order(engine: ScriptedEngine) -> None:
@@ -59,3 +63,20 @@ def test_done_outcomes_are_skipped(engine: ScriptedEngine) -> None:
     ((chunk, records),) = out
     assert [r.number for r in chunk] == [2]
     assert [(r["row"], r["scorer"]) for r in records] == [(2, summarization.id)]
+
+
+def test_an_exception_while_preparing_a_row_fails_that_row_only(
+    engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = RowReader.steps
+
+    def fragile(self: RowReader, scorer: Any, record: dict[str, Any]) -> Any:
+        if record.get("id") == "r1":
+            raise RecursionError("maximum recursion depth exceeded")
+        return steps(self, scorer, record)
+
+    monkeypatch.setattr(RowReader, "steps", fragile)
+    got = evaluate(summary_rows(3), [create_summarization_scorer(engine)]).run().records
+    assert got[1]["error"] == 'row 2 (id "r1"): RecursionError: maximum recursion depth exceeded'
+    assert got[1]["errorKind"] == "input"
+    assert got[0]["error"] is None and got[2]["error"] is None

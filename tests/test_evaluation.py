@@ -18,11 +18,10 @@ from evalgpu import (
     run_evals,
 )
 from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.report import format_report
+from samples import COMPANY, GOOD, PASSAGES, SOURCE, read_summary, records, write_jsonl
 
-COMPANY = "The company was founded in 1995 by John Smith. The company is based in Seattle."
-GOOD = "John Smith founded the company in 1995. The company is based in Seattle."
-SOURCE = COMPANY
-PASSAGES = ["Einstein was born in 1879.", "Einstein developed relativity."]
+from cli_engines import LimitedEngine, TroubledEngine
 
 
 def rows(n: int) -> list[dict[str, Any]]:
@@ -63,7 +62,7 @@ def test_per_row_source_and_context_and_a_column_map(engine: ScriptedEngine) -> 
     recall = create_context_recall_scorer(engine, context=["Nothing relevant here."])
     data = [
         {
-            "doc": COMPANY,
+            "doc": SOURCE,
             "model_output": GOOD,
             "reference": "Einstein was born in 1879.",
             "passages": PASSAGES,
@@ -94,7 +93,7 @@ def test_per_row_source_and_context_and_a_column_map(engine: ScriptedEngine) -> 
 def test_a_bad_row_is_its_own_error_record(engine: ScriptedEngine) -> None:
     got = (
         evaluate(
-            [{"id": "x", "source": COMPANY}, "not a dict", *rows(1)],
+            [{"id": "x", "source": SOURCE}, "not a dict", *rows(1)],
             [create_summarization_scorer(engine)],
         )
         .run()
@@ -130,11 +129,11 @@ def test_target_makes_outputs_once_per_row(engine: ScriptedEngine) -> None:
         return GOOD
 
     got = (
-        evaluate([{"input": COMPANY}], [create_summarization_scorer(engine)], target=agent)
+        evaluate([{"input": SOURCE}], [create_summarization_scorer(engine)], target=agent)
         .run()
         .records
     )
-    assert asked == [COMPANY] and got[0]["score"] == 1.0
+    assert asked == [SOURCE] and got[0]["score"] == 1.0
 
 
 def cli_run(data: Path, out: Path, *flags: str) -> tuple[int, str]:
@@ -226,7 +225,7 @@ def test_scorers_with_different_scales_share_a_folder_and_its_report(tmp_path: P
         create_summarization_scorer(engine, scale=10.0),
         create_context_recall_scorer(engine, context=PASSAGES),
     ]
-    data = [{"source": COMPANY, "summary": GOOD, "ground_truth": "Einstein was born in 1879."}]
+    data = [{"source": SOURCE, "summary": GOOD, "ground_truth": "Einstein was born in 1879."}]
     got = list(evaluate(data, scorers, out=tmp_path / "out"))
     assert [r["score"] for r in got] == [10.0, 1.0]
     config = json.loads((tmp_path / "out" / "config.json").read_text())
@@ -355,7 +354,7 @@ def test_a_folder_round_trips_between_python_and_the_command_line_on_the_tiny_mo
     data = tmp_path / "d.jsonl"
     # Blank summaries score 0 without a judge call: the model loads, and names the folder's
     # judge, without minutes of CPU decoding.
-    blank = [{"id": f"b{i}", "source": COMPANY, "summary": " "} for i in range(4)]
+    blank = [{"id": f"b{i}", "source": SOURCE, "summary": " "} for i in range(4)]
     data.write_text("".join(json.dumps(r) + "\n" for r in blank))
     out = tmp_path / "out"
     engine = load_engine(SMALL_MODEL)
@@ -367,3 +366,76 @@ def test_a_folder_round_trips_between_python_and_the_command_line_on_the_tiny_mo
     assert [r["row"] for r in evaluate(data, [scorer], out=out)] == [4]
     config = json.loads((out / "config.json").read_text())
     assert (config["backend"], config["model"]) == (engine.name, SMALL_MODEL)
+
+
+# What a row's record says: a blank summary, a text too long, each kind of failure
+
+
+def test_a_blank_summary_scores_0_and_counts_in_the_mean(tmp_path: Path) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "good", "source": COMPANY, "summary": GOOD},
+            {"id": "blank", "source": COMPANY, "summary": " \n "},
+            {"id": "none", "source": COMPANY, "output": [{"role": "assistant", "content": ""}]},
+        ],
+    )
+    out = tmp_path / "out"
+    evaluate(data, [create_summarization_scorer(ScriptedEngine())], out=out).run()
+    good, blank, none = records(out)
+    for r in (blank, none):
+        assert r["error"] is None and r["score"] == 0.0 and r["usage"]["calls"] == 0
+        assert r["reason"].startswith("The summary is empty")
+    summary = read_summary(out)["scorers"]["summarization-scorer"]
+    assert (summary["scored"], summary["failed"]) == (3, 0)
+    assert summary["mean"] == pytest.approx(good["score"] / 3)
+
+
+def test_a_source_longer_than_the_judge_context_is_refused_with_sizes() -> None:
+    long_source = "The company sells boats. " * 800  # 20,000 characters: 5,000 "tokens"
+    rows = [
+        {"id": "long", "source": long_source, "summary": "The company sells boats."},
+        {"id": "ok", "source": COMPANY, "summary": GOOD},
+    ]
+    long, ok = evaluate(rows, [create_summarization_scorer(LimitedEngine())]).run().records
+    assert long["error"].startswith(
+        'row 1 (id "long"): source: 5,000 tokens, too long for the judge model\'s context of '
+        "4,096 tokens (summarization.questions needs "
+    )
+    assert long["usage"]["calls"] == 0
+    assert ok["error"] is None
+
+
+def test_each_failure_carries_its_kind_and_summary_counts_them(tmp_path: Path) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            {"id": "ok", "source": COMPANY, "summary": GOOD},
+            {"id": "input", "source": COMPANY},
+            {"id": "long", "source": "The company sells boats. " * 800, "summary": GOOD},
+            {"id": "invalid", "source": COMPANY + " GARBLE", "summary": GOOD},
+            {"id": "engine", "source": COMPANY + " EXPLODE", "summary": GOOD},
+            "{not json",
+        ],
+    )
+    out = tmp_path / "out"
+    scorers = [create_summarization_scorer(TroubledEngine())]
+    evaluate(data, scorers, out=out, chunk_size=1).run()
+    kinds = [(r["id"], r["errorKind"]) for r in records(out)]
+    assert kinds == [
+        ("ok", None),
+        ("input", "input"),
+        ("long", "too_long"),
+        ("invalid", "invalid_reply"),
+        ("engine", "engine"),
+        (None, "input"),
+    ]
+    summary = read_summary(out)
+    counted = summary["scorers"]["summarization-scorer"]["errors"]
+    assert counted == {"input": 2, "too_long": 1, "invalid_reply": 1, "engine": 1}
+    text = format_report(summary)  # the table `python -m evalgpu run` prints at its end
+    assert (
+        "Failed rows, summarization-scorer (2 input, 1 too_long, 1 invalid_reply, 1 engine):"
+        in text
+    )
+    assert '  [too_long] row 3 (id "long"): source: ' in text

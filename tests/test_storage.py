@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from evalgpu import create_summarization_scorer, evaluate
+from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.models import DEFAULT_MODEL
+from evalgpu.report import write_report
 from evalgpu.results import RESULT_VERSION
 from evalgpu.storage import (
     CONFIG_VERSION,
@@ -17,6 +26,15 @@ from evalgpu.storage import (
     config_hash,
     read_folder,
     scan_results,
+)
+from evalgpu.sweep import Sweep
+from samples import (
+    distinct_rows,
+    read_summary,
+    records,
+    successes,
+    summary_rows,
+    write_jsonl,
 )
 
 
@@ -204,3 +222,87 @@ def test_a_folder_is_read_without_its_lock(tmp_path: Path) -> None:
     assert aggregates.summary()["scorers"]["summarization-scorer"]["mean"] == 0.25
     with pytest.raises(FileNotFoundError, match="is not an evalgpu output folder"):
         read_folder(tmp_path / "nowhere")
+
+
+# Through a whole run (`evaluate`, or `python -m evalgpu` killed at random)
+
+
+def test_text_that_cannot_be_written_as_utf8_is_replaced_in_records(tmp_path: Path) -> None:
+    class Garbled(ScriptedEngine):  # an engine whose error message holds a lone surrogate
+        def generate(self, requests: Any) -> Any:
+            raise RuntimeError("the device said \udc80")
+
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
+    errors: list[str] = []
+    scorers = [create_summarization_scorer(Garbled())]
+    evaluate(data, scorers, out=tmp_path / "out", on_error=errors.append).run()
+    (record,) = records(tmp_path / "out")  # reads the file as strict UTF-8
+    assert record["error"].endswith("RuntimeError: the device said \ufffd")
+    assert record["errorKind"] == "engine"
+    assert errors == [record["error"]]  # what is echoed is the written, replaced text
+    failures = read_summary(tmp_path / "out")["scorers"]["summarization-scorer"]["failures"]
+    assert failures[0]["error"] == record["error"]
+
+
+def test_a_folder_in_use_is_refused_by_another_run(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
+    out = tmp_path / "out"
+    scorers = [create_summarization_scorer(ScriptedEngine())]
+    with Sweep(out, scorers, paths=[data]):
+        with pytest.raises(ConfigError, match="another evalgpu run is writing to"):
+            evaluate(data, scorers, out=out).run()
+
+
+def test_a_torn_last_line_is_ignored_and_cut(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", summary_rows(5))
+    out = tmp_path / "out"
+    scorers = [create_summarization_scorer(ScriptedEngine())]
+    evaluate(data, scorers, out=out).run()
+    lines = (out / "results.jsonl").read_text().splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(lines[:3]) + lines[3][:40])  # a crash mid-write
+    text, _, _ = write_report(out)
+    assert "summarization-scorer" in text  # the report reads around it
+    run = evaluate(data, scorers, out=out).run()
+    assert run.progress is not None and run.progress.rows_run == 2
+    got = records(out)  # every line parses: the torn tail was cut before appending
+    assert sorted(r["row"] for r in got) == [1, 2, 3, 4, 5]
+
+
+def test_kill_9_at_a_random_moment_then_resume(tmp_path: Path) -> None:
+    rows = 2000
+    data = write_jsonl(tmp_path / "d.jsonl", distinct_rows(rows))
+    out = tmp_path / "out"
+    argv = [
+        sys.executable,
+        "-m",
+        "evalgpu",
+        "run",
+        str(data),
+        "--scorer",
+        "summarization",
+        "--out",
+        str(out),
+        "--chunk-size",
+        "40",
+        "--backend",
+        "cli_engines:slow",
+    ]
+    tests = Path(__file__).resolve().parent
+    path = [str(tests), str(tests.parent / "src"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "EVALGPU_TEST_SLEEP": "0.03"}
+    # About 5 s of judging in all.
+    rng = random.Random()
+    for _ in range(3):  # three kills at random moments, each after the previous one's restart
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not (out / "results.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 1.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert len(successes(out)) < rows  # the kills came before the end
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    scored = successes(out)  # asserts no duplicate successful (row, scorer)
+    assert sorted(k[1] for k in scored) == list(range(1, rows + 1))
+    assert all(r["error"] is None for r in records(out))
