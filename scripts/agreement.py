@@ -71,127 +71,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from evalgpu import load_engine
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))  # designs/ lives beside this file
+SCRIPTS = str(Path(__file__).resolve().parent)
+if SCRIPTS not in sys.path:
+    sys.path.insert(0, SCRIPTS)  # designs/ and measure/ live beside this file
 
 from designs import DEFAULT, DESIGNS  # noqa: E402
-
-DATA = ROOT / "benchmarks" / "data" / "frank_dev.jsonl"
-"""The default file: FRANK's dev set, found from this file, so that any working folder works."""
-
-
-def rel(path: Path) -> str:
-    """`path` relative to the checkout when it lies inside it (recorded JSON names no machine)."""
-    try:
-        return path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        return str(path)
-
-
-# -- statistics (numpy only) -----------------------------------------------------------------
-
-
-def ranks(x: Sequence[float]) -> np.ndarray:
-    """Average ranks (ties share the mean of their positions), 1-based."""
-    a = np.asarray(x, dtype=float)
-    order = a.argsort(kind="mergesort")
-    r = np.empty(len(a))
-    r[order] = np.arange(1, len(a) + 1)
-    for value in np.unique(a):
-        tied = a == value
-        r[tied] = r[tied].mean()
-    return r
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    rx, ry = ranks(x), ranks(y)
-    if rx.std() == 0 or ry.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
-    a, b = np.asarray(x, float), np.asarray(y, float)
-    dx = np.sign(a[:, None] - a[None, :])
-    dy = np.sign(b[:, None] - b[None, :])
-    upper = np.triu_indices(len(a), 1)
-    sx, sy = dx[upper], dy[upper]
-    concordant_minus_discordant = float((sx * sy).sum())
-    denom = np.sqrt(float((sx != 0).sum()) * float((sy != 0).sum()))
-    return concordant_minus_discordant / denom if denom else float("nan")
-
-
-def roc_auc(scores: Sequence[float], labels: Sequence[int]) -> float:
-    """P(score of a positive > score of a negative), ties counted half (Mann-Whitney)."""
-    s, y = np.asarray(scores, float), np.asarray(labels, int)
-    pos, neg = s[y == 1], s[y == 0]
-    if len(pos) == 0 or len(neg) == 0:
-        return float("nan")
-    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
-    return float(greater / (len(pos) * len(neg)))
-
-
-def balanced_accuracy(predicted: Sequence[int], labels: Sequence[int]) -> float:
-    p, y = np.asarray(predicted, int), np.asarray(labels, int)
-    recalls = [float((p[y == c] == c).mean()) for c in (0, 1) if (y == c).any()]
-    return float(np.mean(recalls)) if recalls else float("nan")
-
-
-def bootstrap(
-    metric: Callable[..., float],
-    columns: Sequence[Sequence[float]],
-    draws: int = 1000,
-    seed: int = 1234,
-) -> tuple[float, float, float]:
-    """The metric and its 95 % percentile interval over rows resampled with replacement."""
-    cols = [np.asarray(c) for c in columns]
-    value = metric(*cols)
-    rng = random.Random(seed)
-    n = len(cols[0])
-    samples = []
-    for _ in range(draws):
-        idx = np.array([rng.randrange(n) for _ in range(n)])
-        v = metric(*[c[idx] for c in cols])
-        if not np.isnan(v):
-            samples.append(v)
-    if not samples:
-        return value, float("nan"), float("nan")
-    lo, hi = np.percentile(samples, [2.5, 97.5])
-    return value, float(lo), float(hi)
-
-
-def pair_win(faithful: Sequence[float], unfaithful: Sequence[float]) -> float:
-    """Share of pairs whose faithful score is higher (a tie counts 0.5)."""
-    f, u = np.asarray(faithful, float), np.asarray(unfaithful, float)
-    if len(f) == 0:
-        return float("nan")
-    return float(((f > u) + 0.5 * (f == u)).mean())
-
-
-def sample_pairs(
-    records: list[dict[str, Any]], n: int | None, seed: int = 1234
-) -> list[dict[str, Any]]:
-    """`n` (None: all) articles with a faithful and an unfaithful summary, one of each.
-
-    Returns the rows as [faithful, unfaithful, faithful, unfaithful, ...]. Articles are taken
-    in a shuffled order of first appearance, and each side drawn at random, both from `seed`.
-    """
-    by_source: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    for r in records:
-        by_source.setdefault(r["source"], {0: [], 1: []})[int(r["label_faithful"])].append(r)
-    eligible = [sides for sides in by_source.values() if sides[0] and sides[1]]
-    rng = random.Random(seed)
-    rng.shuffle(eligible)
-    rows: list[dict[str, Any]] = []
-    for sides in eligible[:n]:
-        rows += [rng.choice(sides[1]), rng.choice(sides[0])]
-    return rows
-
+from measure import FRANK as DATA  # noqa: E402
+from measure import rel, write_json  # noqa: E402
+from measure.datasets import read_jsonl, sample_pairs  # noqa: E402
+from measure.stats import (  # noqa: E402
+    balanced_accuracy,
+    interval,
+    kendall_tau_b,
+    pair_win,
+    paired_difference,
+    roc_auc,
+    spearman,
+)
 
 # -- scoring -------------------------------------------------------------------------------------
 
@@ -316,8 +214,7 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
         return out
 
     def report(name: str, metric: Callable[..., float], *cols: Sequence[float]) -> None:
-        point, lo, hi = bootstrap(metric, cols)
-        out[name] = {"value": point, "ci95": [lo, hi]}
+        out[name] = interval(metric, *cols)
 
     def column(name: str) -> list[Any]:
         return [value(r, name) for r in ok]
@@ -396,8 +293,7 @@ def pair_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
         faithful, unfaithful = [value(f, name) for f, _ in both], [value(u, name) for _, u in both]
         if any(v is None for v in faithful + unfaithful):
             continue
-        point, lo, hi = bootstrap(pair_win, [faithful, unfaithful])
-        out[f"pair_win({name})"] = {"value": point, "ci95": [lo, hi]}
+        out[f"pair_win({name})"] = interval(pair_win, faithful, unfaithful)
     return out
 
 
@@ -433,11 +329,6 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
     names = ["score", "soft_score", *sorted({n for r in rows_a + rows_b for n in r["axes"]})]
     single = RANKING[kind][1]
-
-    def metric(xa: Any, ya: Any, xb: Any, yb: Any) -> float:
-        """a's metric minus b's (FRANK: faithful and unfaithful values of each run)."""
-        return single(xa, ya) - single(xb, yb)
-
     out: dict[str, Any] = {
         "kind": kind,
         "rows": len(rows_a),
@@ -458,14 +349,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             columns = [[va[i] for i in units], labels, [vb[i] for i in units], labels]
         if len(units) < 2:
             continue
-        difference, lo, hi = bootstrap(metric, columns)
-        out[name] = {
-            "a": single(*columns[:2]),
-            "b": single(*columns[2:]),
-            "difference": difference,
-            "ci95": [lo, hi],
-            "units": len(units),
-        }
+        out[name] = paired_difference(single, columns[:2], columns[2:]) | {"units": len(units)}
     return out
 
 
@@ -641,11 +525,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--merge: {exc}")
         print_table(out, f"{Path(out['file']).name}, {len(args.merge)} runs", out["design"])
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(out, indent=2))
+            write_json(args.json, out)
         return 0 if out["invalid"] == 0 else 1
 
-    records = [json.loads(line) for line in args.data.open(encoding="utf-8") if line.strip()]
+    records = read_jsonl(args.data)
     kind = kind_of(records[0])
     pairs = kind == "faithfulness"
     if pairs:
@@ -696,8 +579,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print_table(out, args.data.name, args.design)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2))
+        write_json(args.json, out)
     return 0 if out["invalid"] == 0 else 1
 
 

@@ -44,22 +44,14 @@ from evalgpu import load_engine
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 from evalgpu.runner import Runner
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))  # designs/ lives beside this file
+SCRIPTS = str(Path(__file__).resolve().parent)
+if SCRIPTS not in sys.path:
+    sys.path.insert(0, SCRIPTS)  # designs/ and measure/ live beside this file
 
 from designs import DEFAULT, DESIGNS  # noqa: E402
-
-DATA = ROOT / "benchmarks" / "data" / "frank_dev.jsonl"
-"""The default rows: FRANK's dev set, found from this file, so that any working folder works."""
-
-
-def rel(path: Path) -> str:
-    """`path` relative to the checkout when it lies inside it (recorded JSON names no machine)."""
-    try:
-        return path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        return str(path)
+from measure import FRANK as DATA  # noqa: E402
+from measure import rel, write_json  # noqa: E402
+from measure.datasets import documents  # noqa: E402
 
 
 @dataclass
@@ -101,19 +93,6 @@ class OneAtATime:
 
     def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
         return [self.engine.generate([r])[0] for r in requests]
-
-
-def load_rows(path: Path, n: int, docs: int | None, first_doc: int = 0) -> list[dict[str, Any]]:
-    """The first `n` rows, taken document by document (FRANK has 4-5 summaries a document).
-
-    Documents are ordered by their text; `first_doc` skips that many, `docs` keeps that many.
-    """
-    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
-    rows.sort(key=lambda r: (r["source"], r["id"]))
-    order = list(dict.fromkeys(r["source"] for r in rows))
-    keep = set(order[first_doc : None if docs is None else first_doc + docs])
-    rows = [r for r in rows if r["source"] in keep]
-    return [{"input": r["source"], "output": r["summary"]} for r in rows[:n]]
 
 
 def engine_options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -228,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.design != [DEFAULT]:
             parser.error("--ray times the package's scorers only; leave out --design")
         return ray_main(args)
-    rows = load_rows(args.data, args.rows, args.docs, args.first_doc)
+    rows = documents(args.data, args.rows, args.docs, args.first_doc)
     engine = load_engine(args.model, backend=args.backend, **engine_options(args.engine_option))
     print(
         f"# {len(rows)} rows, max_questions={args.max_questions}, engine={engine.name}",
@@ -264,19 +243,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"rows/s {first['mode']} / {m['mode']}: {first['rows_per_s'] / m['rows_per_s']:.2f}"
             )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "args": {
-                        k: rel(v) if isinstance(v, Path) else str(v) for k, v in vars(args).items()
-                    },
-                    "modes": table,
-                    "ratios": ratios_by_design[args.design[0]],
-                    "ratios_by_design": ratios_by_design,
-                },
-                indent=2,
-            )
+        recorded_args = {
+            k: rel(v) if isinstance(v, Path) else str(v) for k, v in vars(args).items()
+        }
+        write_json(
+            args.json,
+            {
+                "args": recorded_args,
+                "modes": table,
+                "ratios": ratios_by_design[args.design[0]],
+                "ratios_by_design": ratios_by_design,
+            },
         )
     for design, ratios in ratios_by_design.items():
         if "a_over_b" in ratios:
@@ -351,13 +328,12 @@ def bench_design(
 
 def ray_main(args: argparse.Namespace) -> int:
     """`--ray`: local vs Ray sweeps of the same rows (scripts/bench_ray.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_ray
 
     if args.synthetic:
         rows = bench_ray.synthetic_rows(args.synthetic)
     else:
-        rows = load_rows(args.data, args.rows, args.docs, args.first_doc)
+        rows = documents(args.data, args.rows, args.docs, args.first_doc)
     result = bench_ray.compare(
         rows,
         model=args.model,
@@ -369,8 +345,7 @@ def ray_main(args: argparse.Namespace) -> int:
     )
     print(bench_ray.table(result))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(args.json, result)
     return 0
 
 
