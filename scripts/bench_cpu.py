@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from measure import transformers_engine, write_json
 from pydantic import BaseModel, Field
 
 from evalgpu.engines.base import JudgeRequest
@@ -94,12 +95,9 @@ def child(model: str, compute: str, threads: int, attn: str | None) -> dict[str,
     """Measure one compute in this process; the parent reads the JSON line it prints."""
     import torch
 
-    from evalgpu.engines.transformers import TransformersEngine
-    from evalgpu.models import resolve_model
-
     started = time.perf_counter()
-    engine = TransformersEngine(
-        str(resolve_model(model)),
+    engine = transformers_engine(
+        model,
         compute=compute,
         threads=threads,
         batch_size=WAVE,
@@ -247,7 +245,7 @@ def main() -> int:
         for r in results:
             del r["replies"], r["top1"]
         meta = {"cpu": _cpu_name(), "cores": os.cpu_count(), "model": args.model}
-        args.json.write_text(json.dumps({"machine": meta, "runs": results}, indent=2) + "\n")
+        write_json(args.json, {"machine": meta, "runs": results})
     return 0
 
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from measure import ROOT, vmrss_kib, write_json
 
 NAMES = ["Ada", "Bruno", "Chen", "Dalia", "Emeka", "Freya", "Goran", "Hana", "Ivo", "Jun"]
 THINGS = ["bakery", "shipyard", "library", "observatory", "brewery", "clinic", "theatre", "mill"]
@@ -68,17 +68,6 @@ def generate(path: Path, n: int) -> None:
             f.write(json.dumps(row(i, rng)) + "\n")
 
 
-def rss_kib(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def measure(data: Path, out: Path, chunk_size: int) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src")
@@ -108,7 +97,7 @@ def measure(data: Path, out: Path, chunk_size: int) -> dict[str, Any]:
     )
     samples: list[tuple[float, int]] = []
     while proc.poll() is None:
-        kib = rss_kib(proc.pid)
+        kib = vmrss_kib(proc.pid)
         if kib is not None:
             samples.append((time.monotonic() - started, kib))
         time.sleep(0.2)
@@ -183,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['rerun']['wall_s']}, {r['rerun']['sampled_peak_mib']} |"
         )
     if args.json:
-        args.json.write_text(
-            json.dumps({"chunk_size": args.chunk_size, "runs": results}, indent=2) + "\n"
-        )
+        write_json(args.json, {"chunk_size": args.chunk_size, "runs": results})
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -33,17 +32,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "benchmarks" / "data"
+from measure import DATA_DIR, transformers_engine, vmrss_kib, write_json
+from measure.datasets import by_source, read_jsonl, sentences
 
 
 def vmrss_gb() -> float:
-    """This process's resident memory now, in GB (VmRSS)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1e6
-    return 0.0
+    """This process's resident memory now, in GB (VmRSS KiB / 1e6, as ru_maxrss below)."""
+    return (vmrss_kib() or 0) / 1e6
 
 
 class Sampler(threading.Thread):
@@ -83,16 +78,9 @@ def frank_requests(n: int) -> list[Any]:
     """Alignment and questions requests of the first `n` distinct FRANK sources."""
     from evalgpu.scorers.summarization import alignment_request, questions_request
 
-    sources: dict[str, str] = {}
-    with (DATA / "frank_dev.jsonl").open() as f:
-        for line in f:
-            row = json.loads(line)
-            sources.setdefault(row["source"], row["summary"])
-            if len(sources) == n:
-                break
     out = []
-    for source, summary in sources.items():
-        out += [alignment_request(source, summary), questions_request(source, 5)]
+    for source, rows in list(by_source(read_jsonl(DATA_DIR / "frank_dev.jsonl")).items())[:n]:
+        out += [alignment_request(source, rows[0]["summary"]), questions_request(source, 5)]
     return out
 
 
@@ -100,11 +88,11 @@ def attribution_requests(n: int) -> list[Any]:
     """Attribution requests of the `n` rows with the longest contexts."""
     from evalgpu.scorers.context_recall import attribution_request
 
-    rows = [json.loads(line) for line in (DATA / "attribution_dev.jsonl").open()]
+    rows = read_jsonl(DATA_DIR / "attribution_dev.jsonl")
     rows.sort(key=lambda r: -sum(len(p) for p in r["context"]))
     out = []
     for row in rows[:n]:
-        claims = [c for c in re.split(r"(?<=[.!?])\s+", row["ground_truth"]) if c][:6]
+        claims = sentences(row["ground_truth"])[:6]
         out.append(attribution_request(row["context"], claims))
     return out
 
@@ -114,15 +102,13 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from evalgpu.engines.base import JudgeRequest
-    from evalgpu.engines.transformers import TransformersEngine
-    from evalgpu.models import resolve_model
 
     torch.set_num_threads(1)
     sampler = Sampler(args.abort_gb)
     sampler.start()
     t = time.perf_counter()
-    engine = TransformersEngine(
-        str(resolve_model(args.model)), batch_size=args.batch_size, compute=args.compute, threads=1
+    engine = transformers_engine(
+        args.model, batch_size=args.batch_size, compute=args.compute, threads=1
     )
     out: dict[str, Any] = {"wave": args.wave, "model": args.model, "compute": engine.compute}
     out["batch_size"] = args.batch_size
@@ -191,7 +177,7 @@ def main() -> int:
         if proc.returncode:
             print(proc.stderr[-3000:], file=sys.stderr)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(args.json, results, indent=1)
     return 0
 
 

@@ -23,14 +23,14 @@ done, whatever else runs).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from measure import FRANK, transformers_engine, write_json
+from measure.datasets import by_source, read_jsonl, sentences
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalgpu.engines.base import JudgeReply, JudgeRequest
@@ -38,7 +38,6 @@ from evalgpu.prompting import fence, judge_chat
 from evalgpu.scorers.summarization import questions_request
 from evalgpu.verdicts import Verdict
 
-DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "frank_dev.jsonl"
 VERIFY_TASK = """\
 Task: judge the claim below against the source alone. supported is true only when the source \
 states the claim or directly implies it; numbers, dates and names must match exactly. Give the \
@@ -59,16 +58,13 @@ class Verify(BaseModel):
 
 def rows(n_sources: int, n_claims: int) -> list[tuple[str, list[str]]]:
     """The first `n_sources` distinct sources and `n_claims` summary sentences of each."""
-    by_source: dict[str, list[str]] = {}
-    with DATA.open() as f:
-        for line in f:
-            row = json.loads(line)
-            if row["source"] not in by_source and len(by_source) == n_sources:
-                continue
-            sentences = re.split(r"(?<=[.!?])\s+", row["summary"].strip())
-            claims = by_source.setdefault(row["source"], [])
-            claims += [s for s in sentences if len(s) > 20 and s not in claims]
-    return [(source, claims[:n_claims]) for source, claims in by_source.items()]
+    out = []
+    for source, group in list(by_source(read_jsonl(FRANK)).items())[:n_sources]:
+        claims: list[str] = []
+        for row in group:
+            claims += [s for s in sentences(row["summary"]) if len(s) > 20 and s not in claims]
+        out.append((source, claims[:n_claims]))
+    return out
 
 
 def waves(n_sources: int, n_claims: int, w1_tokens: int) -> list[list[JudgeRequest]]:
@@ -120,12 +116,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from evalgpu.engines._prefix import PrefixStore
-    from evalgpu.engines.transformers import TransformersEngine
-    from evalgpu.models import resolve_model
 
-    engine = TransformersEngine(
-        str(resolve_model(args.model)), threads=args.threads, batch_size=args.batch_size
-    )
+    engine = transformers_engine(args.model, threads=args.threads, batch_size=args.batch_size)
     budget = engine.prefix_store.budget_bytes if engine.prefix_store else 1024 << 20
     all_waves = waves(args.sources, args.verify, args.w1_tokens)
     engine.prefix_store = None
@@ -168,7 +160,7 @@ def main() -> int:
         same = sum(a == b for a, b in zip(off["texts"], on["texts"], strict=True))
         print(f"W{i}: {same}/{len(off['texts'])} replies identical with the store on and off")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.json, results)
     return 0
 
 

@@ -23,16 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from measure import vmrss_kib
+
 from evalgpu.engines._constraint import Grammars
 from evalgpu.scorers.summarization import ENGLISH_CLOSED
 from evalgpu.verdicts import Claims, Reason, Supported, attribution_schema, questions_schema
 
 
 def rss_mb() -> float:
-    """This process's resident memory (Linux)."""
-    with open("/proc/self/status") as f:
-        line = next(x for x in f if x.startswith("VmRSS:"))
-    return int(line.split()[1]) / 1024
+    """This process's resident memory (Linux), in MiB."""
+    return (vmrss_kib() or 0) / 1024
 
 
 def emit(record: dict[str, Any]) -> None:
