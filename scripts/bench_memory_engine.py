@@ -93,7 +93,7 @@ def attribution_requests(n: int) -> list[Any]:
     out = []
     for row in rows[:n]:
         claims = sentences(row["ground_truth"])[:6]
-        out.append(attribution_request(row["context"], claims))
+        out += [attribution_request(row["context"], claim) for claim in claims]
     return out
 
 
