@@ -35,7 +35,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,49 +277,45 @@ def bench_design(
     # no mode is served prompts that an earlier mode (or design) computed.
     cold = getattr(engine, "reset_prefix_cache", lambda: None)
 
+    def timed(mode: str, meter: Meter, run: Callable[[], Any]) -> tuple[dict[str, Any], Any]:
+        """`run()` timed from a cold prefix cache, as mode `mode` ("(a) run_batch") of `meter`."""
+        cold()
+        t = time.perf_counter()
+        result = run()
+        letter, what = mode.split(" ", 1)
+        m = measure(f"{letter} {design} {what}", design, meter, time.perf_counter() - t, len(rows))
+        print(f"# {letter} {design}: {m['seconds']} s", file=sys.stderr)
+        return m, result
+
     # (a) run_batch over all rows, through a fresh Meter: replies are cached per engine
     # object, so nothing the warm-up asked of the bare engine is answered from a cache.
-    cold()
     batched = Meter(engine)
-    t = time.perf_counter()
-    results = scorer(batched).run_batch(rows)
-    a = measure(f"(a) {design} run_batch", design, batched, time.perf_counter() - t, len(rows))
-    print(f"# (a) {design}: {a['seconds']} s", file=sys.stderr)
+    a, results = timed("(a) run_batch", batched, lambda: scorer(batched).run_batch(rows))
     a["row_errors"] = sum(r.error is not None for r in results)
 
     modes, ratios = [a], {}
     # (c) the raw ceiling: the identical request lists of (a), one generate() per wave.
     if not args.skip_ceiling:
-        cold()
         ceiling = Meter(engine)
-        t = time.perf_counter()
-        for wave in batched.waves:
-            ceiling.generate(wave)
-        c = measure(
-            f"(c) {design} ceiling, same requests",
-            design,
+        c, _ = timed(
+            "(c) ceiling, same requests",
             ceiling,
-            time.perf_counter() - t,
-            len(rows),
+            lambda: [ceiling.generate(wave) for wave in batched.waves],
         )
-        print(f"# (c) {design}: {c['seconds']} s", file=sys.stderr)
         modes.append(c)
         ratios["a_over_c"] = a["rows_per_s"] / c["rows_per_s"]
     # (b) sequential: one row at a time, one request per generate(), no reuse between rows.
     if not args.skip_sequential:
-        cold()
         sequential = Meter(engine)
         one_by_one = OneAtATime(sequential)
         scorer_b = scorer(one_by_one)
-        t = time.perf_counter()
-        for row in rows:
-            Runner(one_by_one, cache=False).run([(scorer_b.id, scorer_b.steps(row))])
-        b = measure(
-            f"(b) {design} sequential, per row",
-            design,
+        b, _ = timed(
+            "(b) sequential, per row",
             sequential,
-            time.perf_counter() - t,
-            len(rows),
+            lambda: [
+                Runner(one_by_one, cache=False).run([(scorer_b.id, scorer_b.steps(row))])
+                for row in rows
+            ],
         )
         modes.insert(1, b)
         ratios["a_over_b"] = a["rows_per_s"] / b["rows_per_s"]
