@@ -5,7 +5,7 @@ read, score a chunk at a time, append, write summary.json. It times
 
   local   `sweep.run(engine)` in this process, the engine loaded beforehand (timed apart);
   ray     `run_ray(sweep, replicas=N)` on a local cluster started beforehand (timed apart):
-          actor start and engine load in each replica, the Ray Data pipeline, the appends.
+          actor start and engine load in each replica, the chunks sent to the actors, the appends.
 
 at two sizes (an eighth of the rows, then all of them), so that the fixed cost of a Ray run
 (actors, engine loads) and its cost per row (per chunk: a task, pickling, a block through the

@@ -194,7 +194,10 @@ def test_row_errors_and_notices_are_echoed_and_the_last_line_counts_them(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     bad = ["{bad"] * (cli.ERRORS_SHOWN + 2)
-    a = write_jsonl(tmp_path / "a.jsonl", [*summary_rows(2), *bad, summary_rows(1)[0]])
+    # Rows r2, r3 between the bad lines and the repeat of r0: a chunk is cut only where the
+    # source changes, so the read runs a row ahead of the scoring (r0's notice follows the cap).
+    rows = [*summary_rows(2), *bad, *summary_rows(2, start=2), summary_rows(1)[0]]
+    a = write_jsonl(tmp_path / "a.jsonl", rows)
     b = tmp_path / "b.json"
     b.write_text('{"id": "x"}')  # not an array: the file cannot be read
     out = tmp_path / "out"
@@ -206,20 +209,20 @@ def test_row_errors_and_notices_are_echoed_and_the_last_line_counts_them(
     assert err.count("line is not valid JSON") == cli.ERRORS_SHOWN  # then the rest are counted
     capped = lines.index("python -m evalgpu run: further errors are only in results.jsonl")
     # Notices are named even after the row errors shown were capped.
-    repeated = f'python -m evalgpu run: {a} row {len(bad) + 3}: id "r0" repeats an earlier row'
+    repeated = f'python -m evalgpu run: {a} row {len(bad) + 5}: id "r0" repeats an earlier row'
     assert any(line.startswith(repeated) for line in lines[capped + 1 :])
     assert f"python -m evalgpu run: {b}: a .json file must hold an array of rows" in lines[capped:]
-    assert lines[-1].startswith(f"python -m evalgpu run: {len(bad) + 3} rows in ")
+    assert lines[-1].startswith(f"python -m evalgpu run: {len(bad) + 5} rows in ")
     assert lines[-1].endswith(
-        f': 3 scored, {len(bad)} failed (see "error" in {out / "results.jsonl"}); 1 unreadable '
-        "file(s); 1 row repeating an id (scored; see summary.json); the folder holds 3 scored, "
+        f': 5 scored, {len(bad)} failed (see "error" in {out / "results.jsonl"}); 1 unreadable '
+        "file(s); 1 row repeating an id (scored; see summary.json); the folder holds 5 scored, "
         f"{len(bad)} failed"
     )
     assert "summarization-scorer" in stdout and f"wrote {out / 'results.jsonl'}" in stdout
     # Run again: the failed rows are tried again, the scored ones said to be done.
     code, _, err = run_cli(capsys, *argv, *SCRIPTED)
     assert code == 0, err
-    assert f"{len(bad)} rows in " in err and "(3 already done)" in err
+    assert f"{len(bad)} rows in " in err and "(5 already done)" in err
     code, stdout, err = run_cli(capsys, "report", out)
     assert code == 0 and "summarization-scorer" in stdout
     assert err.strip() == f"wrote {out / 'report.html'}"

@@ -80,3 +80,27 @@ def test_an_exception_while_preparing_a_row_fails_that_row_only(
     assert got[1]["error"] == 'row 2 (id "r1"): RecursionError: maximum recursion depth exceeded'
     assert got[1]["errorKind"] == "input"
     assert got[0]["error"] is None and got[2]["error"] is None
+
+
+def test_chunks_close_where_the_source_changes(engine: ScriptedEngine) -> None:
+    scorer = create_summarization_scorer(engine)
+    driver = Driver([scorer])
+    # Sources a, a, a, b, b, c, c, c, c, c, then an unreadable row and d.
+    sources = "aaabbcccccXd"
+    rows = [
+        Row(0, n, RowError("line is not valid JSON") if s == "X" else {"source": s, "summary": "x"})
+        for n, s in enumerate(sources, 1)
+    ]
+    skipped: list[int] = []
+
+    def done(file: int, row: int, scorer_id: str) -> bool:
+        return row == 1  # a previous run scored row 1
+
+    chunks = driver.chunks(
+        rows, chunk_size=2, done=done, on_skip=lambda r: skipped.append(r.number)
+    )
+    numbers = [[row.number for row in chunk] for chunk in chunks]
+    # Row 1 is skipped; "a" is kept whole past 2 rows; "c" is cut at twice the size; the
+    # unreadable row 11 makes no calls and cuts nothing: it joins the chunk before it.
+    assert numbers == [[2, 3], [4, 5], [6, 7, 8, 9], [10, 11], [12]]
+    assert skipped == [1]

@@ -24,11 +24,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from evalgpu import cli, evaluate  # noqa: E402
-from evalgpu.chunks import read_chunks  # noqa: E402
-from evalgpu.data import RowError  # noqa: E402
 from evalgpu.distributed import Planned, Replica, layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
-from evalgpu.ledger import SCORED, Ledger  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
 from evalgpu.sweep import judge_model  # noqa: E402
 
@@ -124,19 +121,6 @@ def totals(out: Path) -> tuple[int, int]:
     """(scored, failed) that the folder's summary.json counts, over its scorers."""
     summary = json.loads((out / "summary.json").read_text())["scorers"].values()
     return sum(s["scored"] for s in summary), sum(s["failed"] for s in summary)
-
-
-def test_chunks_keep_a_sources_rows_together(tmp_path: Path) -> None:
-    data = write_data(tmp_path)
-    s = settings(data[:1], tmp_path / "out", scorers=("summarization",), chunk_size=2)
-    ledger = Ledger([str(data[0])])
-    ledger.mark(0, 1, "summarization-scorer", SCORED)
-    chunks = list(read_chunks(s, [str(data[0])], ledger, ["summarization-scorer"]))
-    rows = [[row.number for row in c.rows] for c in chunks]
-    # Line 6 is the bad JSON line; line 1 is already scored and is counted, not sent.
-    assert rows == [[2, 3], [4, 5, 6, 7], [8, 9, 10], [11, 12, 13], [14]]
-    assert sum(c.notes.skipped for c in chunks) == 1
-    assert isinstance(chunks[1].rows[2].record, RowError)
 
 
 def test_records_equal_the_local_runs(cluster: str, tmp_path: Path) -> None:

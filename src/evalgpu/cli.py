@@ -137,7 +137,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=256,
         metavar="N",
-        help="rows per engine batch and per append to results.jsonl (default: 256)",
+        help="rows per engine batch and per append to results.jsonl, cut where the source "
+        "changes (default: 256)",
     )
     run.add_argument("--limit", type=int, metavar="N", help="read at most N rows in all")
     run.add_argument(

@@ -2,27 +2,30 @@
 
 The output folder is opened as for a local run (`evalgpu.sweep.Sweep`: its configuration
 derived from the scorers and the judge, lock, resume ledger; the judge is the one the replicas
-load, `Planned`, and each replica checks that it loaded that one). Then one Ray Data pipeline
-streams the work:
+load, `Planned`, and each replica checks that it loaded that one). Then the driver is the local
+run's loop with Ray as its executor:
 
-    read: one task on the driver's node, `evalgpu.chunks.read_chunks` (evalgpu's own
-          readers: the same row numbers, field mapping and bad-row records as a local run;
-          rows already scored are skipped)
-      -> chunks of about `chunk_size` rows, cut where the source changes
-      -> map_batches(Replica, batch_size=1, compute=ActorPoolStrategy(size=N))
-      -> the driver, which appends each chunk's records to results.jsonl as it arrives.
+    read: `Sweep.chunks`, on the driver, as a local run reads (evalgpu's own readers: the
+          same row numbers, field mapping, bad-row records and repeated-id notices; rows
+          already scored are skipped), chunks of about `chunk_size` rows cut where the
+          source changes
+      -> each chunk to a `Replica` actor (`Replica.score`), at most `IN_FLIGHT` queued on each
+      -> `ray.wait`: each chunk's records appended to results.jsonl as it finishes.
 
-Why not `ray.data.read_json` / `read_csv` / `read_parquet`: they number, parse and type rows
-their own way (Arrow schema inference across rows, no line numbers, a bad line fails the read),
-so records would differ from a local run's. The judge, not the reader, is the bottleneck.
+Why actors fed chunks and not Ray Data: a chunk is the unit of work, of resume and of the
+reply cache (a source's questions are asked once per chunk), and what comes back is a list of
+records, not rows of a table; as a dataset of pickled chunks it needed its block size forced
+to one byte and a warnings filter. Why not `ray.data.read_json` / `read_parquet`: they number,
+parse and type rows their own way (no line numbers, a bad line fails the read), so records
+would differ from a local run's. The judge, not the reader, is the bottleneck.
 
-Each `Replica` actor loads the engine once and runs the scorers' full step pipeline over one
-chunk at a time with the local run's `Driver.score_chunk` and one `Runner`: every wave of the
-chunk is one `generate()`, and a source's questions are asked once per chunk (and cached
-across the actor's chunks). Only the driver writes: a chunk's records reach the file when the
-chunk is done, flushed and fsync'ed, so a `kill -9` of the driver loses at most the chunks in
-flight, and a record whose (row, scorer) already has a success is never written (a chunk
-retried after an actor died, or delivered twice, adds nothing).
+Each `Replica` loads the engine once and runs the scorers' full step pipeline over one chunk
+at a time with the local run's `Driver.score_chunk` and one `Runner`: every wave of the chunk
+is one `generate()`. Only the driver writes: a chunk's records reach the file when the chunk is
+done, flushed and fsync'ed, so a `kill -9` of the driver loses at most the chunks in flight,
+and a record whose (row, scorer) already has a success is never written (a chunk retried after
+an actor died adds nothing). An actor that dies is restarted by Ray and its chunk retried
+(`RESTARTS` times).
 
 Ray is imported only here, and only when a run asks for it (`pip install -e ".[ray]"`).
 """
@@ -32,23 +35,26 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import pickle
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from evalgpu.chunks import Chunk, ReadNotes, read_chunks
 from evalgpu.driver import Driver
 from evalgpu.engines.base import JudgeReply, JudgeRequest
-from evalgpu.ledger import Ledger
 from evalgpu.results import Record
+from evalgpu.rows import Row, file_rows
 from evalgpu.runner import WaveStats
 from evalgpu.settings import RunSettings
 from evalgpu.sweep import Progress, Sweep, judge_model
 
 __all__ = ["Planned", "Replica", "layout", "run_ray"]
+
+IN_FLIGHT = 2
+"""Chunks queued on each replica: the one it scores and the next, so that it never waits for
+the driver, while the driver reads no further ahead than that (memory stays flat)."""
+RESTARTS = 3
+"""Times Ray restarts a replica that died (out of memory, a lost node) and retries its chunk."""
 
 
 @dataclass
@@ -57,7 +63,6 @@ class Scored:
 
     records: list[Record]
     rows: int
-    notes: ReadNotes
     output_tokens: int
     engine: str
 
@@ -90,11 +95,7 @@ class Planned:
 
 
 class Replica:
-    """The `map_batches` class: one engine replica, scoring one chunk per call.
-
-    Ray Data builds one per actor of the pool (`__init__` loads the engine once, with the
-    run's model and backend) and calls it with batches of pickled `Chunk`s; it returns
-    pickled `Scored`s, in the same order.
+    """One engine replica, run as a Ray actor by `run_ray`: scores one chunk per call.
 
     Args:
         settings: the run.
@@ -122,51 +123,30 @@ class Replica:
     def _wave(self, wave: WaveStats) -> None:
         self.output_tokens += wave.output_tokens
 
-    def __call__(self, batch: dict[str, Any]) -> dict[str, list[bytes]]:
-        out = []
-        for blob in batch["chunk"]:
-            chunk: Chunk = pickle.loads(blob)
-            before = self.output_tokens
-            records = self.score(chunk) if chunk.rows else []
-            scored = Scored(
-                records=records,
-                rows=len(chunk.rows),
-                notes=chunk.notes,
-                output_tokens=self.output_tokens - before,
-                engine=self.name,
-            )
-            out.append(pickle.dumps(scored))
-        return {"chunk": out}
-
-    def score(self, chunk: Chunk) -> list[Record]:
-        """The chunk's records (`Driver.score_chunk`).
+    def score(self, rows: list[Row], done: set[tuple[int, int, str]]) -> Scored:
+        """A chunk's records (`Driver.score_chunk`), but for the (file, row, scorer) of
+        `done` (a success is recorded already), and what the driver counts.
 
         Whatever escapes the driver (an engine that breaks its contract) becomes the error
         record of every (row, scorer) of the chunk still to score, so that the run goes on,
         as it does past a failing row; the chunk is retried by the next run.
         """
 
-        def done(file: int, row: int, scorer: str) -> bool:
-            return (file, row, scorer) in chunk.done
+        def recorded(file: int, row: int, scorer: str) -> bool:
+            return (file, row, scorer) in done
 
+        before = self.output_tokens
         try:
-            return self.driver.score_chunk(chunk.rows, done)
+            records = self.driver.score_chunk(rows, recorded)
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            return [
+            records = [
                 self.driver.failed(row, self.driver.reader.id(row)[0], sid, message, "engine")
-                for row in chunk.rows
+                for row in rows
                 for sid in (s.id for s in self.driver.scorers)
-                if not done(row.file, row.number, sid)
+                if not recorded(row.file, row.number, sid)
             ]
-
-
-def _read(
-    batch: dict[str, Any], settings: RunSettings, files: list[str], ledger: Ledger, ids: list[str]
-) -> Iterator[dict[str, list[bytes]]]:
-    """The read task: one input item in, the run's chunks out, one batch each (streamed)."""
-    for chunk in read_chunks(settings, files, ledger, ids):
-        yield {"chunk": [pickle.dumps(chunk)]}
+        return Scored(records, len(rows), self.output_tokens - before, self.name)
 
 
 def _forwarded_env() -> dict[str, str]:
@@ -248,7 +228,6 @@ def run_ray(
             raise ValueError(f"{name} must be >= {least}, got {value!r}")
     try:
         import ray
-        import ray.data
     except ImportError as exc:
         raise ImportError(f'--ray needs Ray: pip install "evalgpu[ray]" ({exc})') from exc
 
@@ -275,100 +254,88 @@ def run_ray(
             paths=settings.data,
             limit=settings.limit,
         ) as sweep:
-            dataset = _pipeline(ray, sweep, settings, replicas, gpus_per_replica)
-            _drive(sweep, settings, dataset, on_progress, on_error, on_notice or (lambda _: None))
+            actors = _replicas(ray, sweep, settings, replicas, gpus_per_replica)
+            notice = on_notice or (lambda _: None)
+
+            def file_error(message: str) -> None:
+                sweep.file_errors.append(message)
+                notice(message)
+
+            rows = file_rows(settings.data, limit=settings.limit, on_file_error=file_error)
+            # This driver only reads rows: its engine is the `Planned` one, never asked.
+            chunks = sweep.chunks(
+                sweep.driver(),
+                rows,
+                chunk_size=settings.chunk_size,
+                on_progress=on_progress,
+                on_notice=notice,
+            )
+            _drive(sweep, settings, _scatter(ray, actors, chunks, sweep), on_progress, on_error)
         return sweep
     finally:
         if started:
             ray.shutdown()
 
 
+def _replicas(
+    ray: Any, sweep: Sweep, settings: RunSettings, replicas: int, gpus_per_replica: int
+) -> list[Any]:
+    """The `Replica` actors, each with one CPU and `gpus_per_replica` GPUs."""
+    env = _forwarded_env()
+    actor = ray.remote(Replica).options(
+        num_cpus=1,
+        num_gpus=gpus_per_replica,
+        max_restarts=RESTARTS,
+        max_task_retries=RESTARTS,
+        runtime_env={"env_vars": env} if env else None,
+    )
+    judge = (sweep.config["backend"], sweep.config["model"])
+    return [actor.remote(settings, sweep.files, judge) for _ in range(replicas)]
+
+
+def _scatter(
+    ray: Any, actors: list[Any], chunks: Iterable[list[Row]], sweep: Sweep
+) -> Iterator[Scored]:
+    """Each chunk to the least loaded replica, at most `IN_FLIGHT` on each, with what the
+    folder already holds of its rows; the results in the order they finish."""
+    pending: dict[Any, int] = {}  # the call's result -> its actor
+    load = [0] * len(actors)
+    todo = iter(chunks)
+    while True:
+        while min(load) < IN_FLIGHT and (chunk := next(todo, None)) is not None:
+            done = {
+                (r.file, r.number, i)
+                for r in chunk
+                for i in sweep.ids
+                if sweep.folder.done(r.file, r.number, i)
+            }
+            at = load.index(min(load))
+            pending[actors[at].score.remote(chunk, done)] = at
+            load[at] += 1
+        if not pending:
+            return
+        [finished], _ = ray.wait(list(pending), num_returns=1)
+        load[pending.pop(finished)] -= 1
+        yield ray.get(finished)
+
+
 def _drive(
     sweep: Sweep,
     settings: RunSettings,
-    dataset: Any,
+    scored: Iterable[Scored],
     on_progress: Callable[[Progress], None] | None,
     on_error: Callable[[str], None] | None,
-    notice: Callable[[str], None],
 ) -> None:
     """Append each chunk's records as it comes back, then write `summary.json`."""
     report = on_progress or (lambda _: None)
     progress = sweep.progress
     names: list[str] = []
-    for item in dataset.iter_rows():
-        scored: Scored = pickle.loads(item["chunk"])
-        names.append(scored.engine)
-        notes = scored.notes
-        for message in notes.file_errors:
-            sweep.file_errors.append(message)
-            notice(message)
-        for message in notes.notices:
-            notice(message)
-        if notes.repeats is not None:
-            sweep.repeats = notes.repeats
-        # A (row, scorer) with a success already (a chunk delivered twice) adds nothing.
-        sweep.add_chunk(scored.rows, scored.records, on_error=on_error)
-        progress.rows_done += notes.skipped
-        progress.resumed += notes.skipped
-        progress.output_tokens += scored.output_tokens
+    for chunk in scored:
+        names.append(chunk.engine)
+        # A (row, scorer) with a success already (a chunk retried) adds nothing.
+        sweep.add_chunk(chunk.rows, chunk.records, on_error=on_error)
+        progress.output_tokens += chunk.output_tokens
         report(progress)
+    report(progress)
     sweep.engine_name = ", ".join(dict.fromkeys(names)) or None
     sweep.finish(chunk_size=settings.chunk_size, limit=settings.limit)
-
-
-def _pipeline(
-    ray: Any, sweep: Sweep, settings: RunSettings, replicas: int, gpus_per_replica: int
-) -> Any:
-    """read -> chunks -> map_batches(Replica, ActorPoolStrategy(size=replicas))."""
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
-    # One read task feeds the pool through many small blocks, which Ray cannot see ahead.
-    warnings.filterwarnings("ignore", message="The minimum number of concurrent actors")
-    # A dataset keeps a copy of the context it was built under: set ours, build, put it back.
-    context = ray.data.DataContext.get_current()
-    ours = {
-        "enable_progress_bars": False,  # the driver reports progress its own way
-        "print_on_execution_start": False,
-        # Every chunk its own block: Ray would otherwise merge the read's small outputs into
-        # one block (up to 128 MiB): no chunk would reach a replica before the file is read.
-        "target_max_block_size": 1,
-    }
-    saved = {key: getattr(context, key) for key in ours}
-    try:
-        for key, value in ours.items():
-            setattr(context, key, value)
-        env = _forwarded_env()
-        runtime_env = {"env_vars": env} if env else None
-        return (
-            ray.data.from_items([{"start": 0}])
-            .map_batches(
-                _read,
-                batch_size=1,
-                fn_kwargs={
-                    "settings": settings,
-                    "files": sweep.files,
-                    "ledger": sweep.folder.ledger,
-                    "ids": sweep.ids,
-                },
-                # The files were hashed on this node; the read runs where they are.
-                label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
-                num_cpus=0,
-                runtime_env=runtime_env,
-            )
-            .map_batches(
-                Replica,
-                batch_size=1,
-                fn_constructor_kwargs={
-                    "settings": settings,
-                    "files": sweep.files,
-                    "judge": (sweep.config["backend"], sweep.config["model"]),
-                },
-                compute=ray.data.ActorPoolStrategy(size=replicas),
-                num_cpus=1,
-                num_gpus=gpus_per_replica,
-                runtime_env=runtime_env,
-            )
-        )
-    finally:
-        for key, value in saved.items():
-            setattr(context, key, value)

@@ -11,6 +11,8 @@ Seams for other drivers (a Ray actor scores chunks with `score_chunk`; the proce
 the output folder appends their records):
 
 - `Driver.prepare(row)`: a row with its output made by `target` (when given);
+- `Driver.chunks(rows, chunk_size, done)`: the rows still to score, prepared, in chunks cut
+  where the source changes;
 - `Driver.score_chunk(rows, done)`: score one chunk, return its records, write nothing;
 - `Driver.stream(rows, chunk_size, done)`: both, over a stream of rows, a chunk at a time;
 - on the folder's side (`evalgpu.sweep.Sweep`, over `evalgpu.storage.OutputFolder`):
@@ -150,6 +152,41 @@ class Driver:
                 records[slot] = make_record(records[slot], result)
         return records
 
+    def chunks(
+        self,
+        rows: Iterable[Row],
+        *,
+        chunk_size: int = 256,
+        done: Done | None = None,
+        on_skip: Callable[[Row], None] | None = None,
+    ) -> Iterator[list[Row]]:
+        """The rows still to score, prepared, a chunk at a time.
+
+        Rows are read as the chunks need them, so memory depends on `chunk_size`, not on the
+        number of rows. A row whose every scorer is `done` is not scored (`on_skip` is told).
+        A chunk closes once it holds `chunk_size` rows and the next row has another source
+        (`RowReader.group`), so that a source's summaries (FRANK has 4-5 an article) share
+        one chunk: its questions are asked once and its prefix computed once. At twice
+        `chunk_size` it closes regardless, which bounds memory.
+        """
+        chunk: list[Row] = []
+        last: str | None = None
+        for row in rows:
+            if done is not None and all(done(row.file, row.number, s.id) for s in self.scorers):
+                if on_skip is not None:
+                    on_skip(row)
+                continue
+            key = self.reader.group(row)
+            # A row without a source (an unreadable one) makes no judge calls: no cut there.
+            cut = len(chunk) >= chunk_size and key is not None and key != last
+            if cut or len(chunk) >= 2 * chunk_size:
+                yield chunk
+                chunk = []
+            chunk.append(self.prepare(row))
+            last = key if key is not None else last
+        if chunk:
+            yield chunk
+
     def stream(
         self,
         rows: Iterable[Row],
@@ -158,20 +195,6 @@ class Driver:
         done: Done | None = None,
         on_skip: Callable[[Row], None] | None = None,
     ) -> Iterator[tuple[list[Row], list[Record]]]:
-        """Score `rows` a chunk at a time; yield each chunk's prepared rows and its records.
-
-        Rows are read as the chunks need them, so memory depends on `chunk_size`, not on the
-        number of rows. A row whose every scorer is `done` is not scored (`on_skip` is told).
-        """
-        chunk: list[Row] = []
-        for row in rows:
-            if done is not None and all(done(row.file, row.number, s.id) for s in self.scorers):
-                if on_skip is not None:
-                    on_skip(row)
-                continue
-            chunk.append(self.prepare(row))
-            if len(chunk) >= chunk_size:
-                yield chunk, self.score_chunk(chunk, done)
-                chunk = []
-        if chunk:
+        """Score `rows` a chunk at a time (`chunks`); yield each chunk and its records."""
+        for chunk in self.chunks(rows, chunk_size=chunk_size, done=done, on_skip=on_skip):
             yield chunk, self.score_chunk(chunk, done)

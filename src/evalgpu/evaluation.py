@@ -69,7 +69,8 @@ def evaluate(
             be, and are matched by position: resume with the same rows in the same order.
             None keeps everything in memory.
         target: makes a row's output from its input when the row has no output column.
-        chunk_size: rows per engine batch (and per append to `results.jsonl`).
+        chunk_size: rows per engine batch (and per append to `results.jsonl`): a chunk
+            closes where the source changes, at twice `chunk_size` regardless.
         limit: read at most this many rows in all (None: all); rows already scored count.
         on_progress: called with the `Progress` after each engine wave and chunk.
         on_error: called with each failed record's error message, as it happens.

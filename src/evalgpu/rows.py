@@ -150,6 +150,17 @@ class RowReader:
         """The row's id (its mapped `id` column) and an error when it is of a wrong type."""
         return row_id(row.record, self.mapping.get("id", "id"))
 
+    def group(self, row: Row) -> str | None:
+        """What rows that share judge calls have in common: the source (else the input, else
+        the ground truth); None for a row that cannot be read (it makes no judge calls)."""
+        if isinstance(row.record, RowError):
+            return None
+        for key in ("source", "input", "ground_truth"):
+            value = row.record.get(self.mapping.get(key, key))
+            if value is not None:
+                return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return None
+
     def steps(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
         """The row's steps for `scorer`, which reads the row's `Fields` (the mapping applied)."""
         return scorer.steps(Fields(record, self.mapping))

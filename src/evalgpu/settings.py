@@ -46,7 +46,7 @@ class RunSettings:
         verdicts: both scorers' "hard" (the reference) or "soft" verdicts; None: the judge's
             measured default (`evalgpu.models.verdicts_for`).
         mapping: field -> column, for files whose columns have other names.
-        chunk_size: rows scored per engine batch and per append (>= 1).
+        chunk_size: rows scored per engine batch and per append (>= 1; `Driver.chunks`).
         limit: read at most this many rows in all (None: all). Rows already scored count.
         compute: the transformers engine's compute ("auto", "bfloat16", "int8", "float32";
             None: its default, "auto").

@@ -8,8 +8,8 @@ read, and keeps the progress. Memory depends on the chunk size, not on the numbe
 Running again with the same folder and configuration scores only what has no successful
 record; after a `kill -9`, at most the chunk in flight is lost.
 
-`evalgpu.evaluate` drives it (the command line calls `evaluate`); `run --ray` feeds it chunks
-scored by replicas (`add_chunk`).
+`evalgpu.evaluate` drives it (the command line calls `evaluate`); `run --ray` takes its chunks
+(`chunks`) to replicas and hands back their records (`add_chunk`).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class Sweep:
 
         Args:
             rows: the rows, streamed (`file_rows`, `python_rows`).
-            chunk_size: rows per `Runner.run` and per append.
+            chunk_size: rows per `Runner.run` and per append (`Driver.chunks`).
             target: makes a row's output when it has none (see `Driver`).
             on_progress: called after each engine wave and each chunk.
             on_error: called with each failed record's error message, as it happens.
@@ -146,35 +146,61 @@ class Sweep:
             progress.output_tokens += stats.output_tokens
             report(progress)
 
+        driver = self.driver(target=target, on_wave=wave)
+        for chunk in self.chunks(
+            driver, rows, chunk_size=chunk_size, on_progress=on_progress, on_notice=on_notice
+        ):
+            records = driver.score_chunk(chunk, self.folder.done)
+            self.add_chunk(len(chunk), records, on_error=on_error)
+            report(progress)
+            yield records
+        report(progress)
+
+    def driver(
+        self,
+        target: Callable[[Any], Any] | None = None,
+        on_wave: Callable[[WaveStats], None] | None = None,
+    ) -> Driver:
+        """A `Driver` of this folder's scorers, mapping and file names."""
+        return Driver(
+            self.scorers, mapping=self.mapping, files=self.files, target=target, on_wave=on_wave
+        )
+
+    def chunks(
+        self,
+        driver: Driver,
+        rows: Iterable[Row],
+        *,
+        chunk_size: int = 256,
+        on_progress: Callable[[Progress], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> Iterator[list[Row]]:
+        """What the folder still lacks of `rows`, in chunks (`Driver.chunks`).
+
+        Every row's id is noted on the way, those a previous run scored too (`on_notice`
+        is told of each repeat: `RepeatedIds.note`); rows a previous run scored are counted
+        as resumed. `stream` scores the chunks here; `run --ray` sends them to its replicas.
+        """
+        progress = self.progress
+        report = on_progress or (lambda _: None)
+        tell = on_notice or (lambda _: None)
+
         def skipped(_: Row) -> None:
             progress.rows_done += 1
             progress.resumed += 1
             if progress.resumed % 1000 == 0:
                 report(progress)
 
-        driver = Driver(
-            self.scorers, mapping=self.mapping, files=self.files, target=target, on_wave=wave
-        )
-        for chunk, records in driver.stream(
-            self._note_ids(rows, driver, on_notice or (lambda _: None)),
-            chunk_size=chunk_size,
-            done=self.folder.done,
-            on_skip=skipped,
-        ):
-            self.add_chunk(len(chunk), records, on_error=on_error)
-            report(progress)
-            yield records
-        report(progress)
+        def noted(rows: Iterable[Row]) -> Iterator[Row]:
+            for row in rows:
+                notice = self.repeats.note(driver.reader.id(row)[0], row, self.files)
+                if notice is not None:
+                    tell(notice)
+                yield row
 
-    def _note_ids(
-        self, rows: Iterable[Row], driver: Driver, tell: Callable[[str], None]
-    ) -> Iterator[Row]:
-        """`rows`, each id noted on the way (every row, also those a previous run scored)."""
-        for row in rows:
-            notice = self.repeats.note(driver.reader.id(row)[0], row, self.files)
-            if notice is not None:
-                tell(notice)
-            yield row
+        return driver.chunks(
+            noted(rows), chunk_size=chunk_size, done=self.folder.done, on_skip=skipped
+        )
 
     def add_chunk(
         self,
