@@ -9,6 +9,7 @@ in `PASSAGES`.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,10 @@ def read_summary(out: Path) -> dict[str, Any]:
     """The folder's summary.json."""
     loaded: dict[str, Any] = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     return loaded
+
+
+def run_argv(data: Path, out: Path, *flags: str) -> list[str]:
+    """`python -m evalgpu run` of `data` by the summarization scorer into `out`, for a
+    subprocess (the entry point itself, a `kill -9`)."""
+    command = [sys.executable, "-m", "evalgpu", "run", str(data), "--scorer", "summarization"]
+    return [*command, "--out", str(out), *flags]

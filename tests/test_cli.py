@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 from evalgpu import cli, create_summarization_scorer
 from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.sweep import Sweep
-from samples import COMPANY, GOOD, records, successes, summary_rows, write_jsonl
+from samples import COMPANY, GOOD, records, run_argv, successes, summary_rows, write_jsonl
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -288,18 +287,7 @@ def _env() -> dict[str, str]:
 def test_the_entry_point_in_a_subprocess(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", summary_rows(3))
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "evalgpu",
-            "run",
-            str(data),
-            "--scorer",
-            "summarization",
-            "--out",
-            str(tmp_path / "out"),
-            *SCRIPTED,
-        ],
+        run_argv(data, tmp_path / "out", *SCRIPTED),
         capture_output=True,
         text=True,
         env=_env(),

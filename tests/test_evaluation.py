@@ -19,27 +19,25 @@ from evalgpu import (
 )
 from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.report import format_report
-from samples import COMPANY, GOOD, PASSAGES, SOURCE, read_summary, records, write_jsonl
+from samples import (
+    COMPANY,
+    GOOD,
+    PASSAGES,
+    SOURCE,
+    distinct_rows,
+    read_summary,
+    records,
+    write_jsonl,
+)
 
 from cli_engines import LimitedEngine, TroubledEngine
-
-
-def rows(n: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": f"r{i}",
-            "source": f"Shop {i} opened in 1990. It sells tea.",
-            "summary": f"Shop {i} opened in 1990.",
-        }
-        for i in range(n)
-    ]
 
 
 def test_records_stream_in_row_order_as_chunks_finish(engine: ScriptedEngine) -> None:
     read: list[int] = []
 
     def source() -> Iterator[dict[str, Any]]:
-        for i, row in enumerate(rows(7)):
+        for i, row in enumerate(distinct_rows(7)):
             read.append(i)
             yield row
 
@@ -95,7 +93,7 @@ def test_per_row_source_and_context_and_a_column_map(engine: ScriptedEngine) -> 
 def test_a_bad_row_is_its_own_error_record(engine: ScriptedEngine) -> None:
     got = (
         evaluate(
-            [{"id": "x", "source": SOURCE}, "not a dict", *rows(1)],
+            [{"id": "x", "source": SOURCE}, "not a dict", *distinct_rows(1)],
             [create_summarization_scorer(engine)],
         )
         .run()
@@ -112,7 +110,7 @@ def test_a_bad_row_is_its_own_error_record(engine: ScriptedEngine) -> None:
 
 def test_a_file_that_cannot_be_read_is_named_and_counted(tmp_path: Path) -> None:
     good = tmp_path / "good.jsonl"
-    good.write_text(json.dumps(rows(1)[0]) + "\n")
+    good.write_text(json.dumps(distinct_rows(1)[0]) + "\n")
     broken = tmp_path / "broken.json"
     broken.write_text('{"not": "an array"}')
     scorer = create_summarization_scorer(ScriptedEngine())
@@ -165,7 +163,7 @@ def test_a_folder_python_started_is_continued_by_the_command_line(
     from evalgpu import load_engine
 
     data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows(6)))
+    data.write_text("".join(json.dumps(r) + "\n" for r in distinct_rows(6)))
     out = tmp_path / "out"
     engine = load_engine("smollm2-135m-instruct", backend="scripted")
     scorer = create_summarization_scorer(engine, max_questions=2, verdicts=verdicts)
@@ -190,7 +188,7 @@ def test_a_folder_the_command_line_started_is_continued_by_python(tmp_path: Path
     from evalgpu import load_engine
 
     data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows(5)))
+    data.write_text("".join(json.dumps(r) + "\n" for r in distinct_rows(5)))
     out = tmp_path / "out"
     flags = ["--max-questions", "2", "--backend", "scripted", "--map", "summary=summary"]
     code, err = cli_run(data, out, *flags, "--limit", "3")
@@ -210,7 +208,7 @@ def test_a_folder_the_command_line_started_is_continued_by_python(tmp_path: Path
 
 def test_an_out_folder_of_another_configuration_is_refused(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows(1)))
+    data.write_text("".join(json.dumps(r) + "\n" for r in distinct_rows(1)))
     evaluate(data, [create_summarization_scorer(ScriptedEngine())], out=tmp_path / "o").run()
     other = create_summarization_scorer(ScriptedEngine(), max_questions=3)
     with pytest.raises(
@@ -242,12 +240,14 @@ def test_scorers_with_different_scales_share_a_folder_and_its_report(tmp_path: P
 def test_to_pandas(tmp_path: Path, engine: ScriptedEngine) -> None:
     pytest.importorskip("pandas")
     scorer = create_summarization_scorer(engine)
-    frame = evaluate(rows(3), [scorer]).to_pandas()
+    frame = evaluate(distinct_rows(3), [scorer]).to_pandas()
     assert list(frame["row"]) == [1, 2, 3]
     assert {"score", "reason", "error", "preprocessStepResult"} <= set(frame.columns)
     out = tmp_path / "out"
-    evaluate(rows(2), [scorer], out=out).run()
-    whole = evaluate(rows(3), [scorer], out=out).to_pandas()  # the folder's records, all runs
+    evaluate(distinct_rows(2), [scorer], out=out).run()
+    whole = evaluate(
+        distinct_rows(3), [scorer], out=out
+    ).to_pandas()  # the folder's records, all runs
     assert sorted(whole["row"]) == [1, 2, 3]
 
 
@@ -255,7 +255,7 @@ def test_to_pandas_without_pandas_says_how_to_get_it(
     engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
-    run = evaluate(rows(1), [create_summarization_scorer(engine)])
+    run = evaluate(distinct_rows(1), [create_summarization_scorer(engine)])
     with pytest.raises(ImportError, match=r"needs pandas, which evalgpu does not install"):
         run.to_pandas()
     assert engine.calls == []  # nothing was scored for nothing

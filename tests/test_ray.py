@@ -28,6 +28,7 @@ from evalgpu.distributed import Planned, Replica, layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
 from evalgpu.sweep import judge_model  # noqa: E402
+from samples import run_argv  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -236,16 +237,9 @@ def test_kill_9_of_the_driver_then_a_rerun_scores_every_row_once(
         encoding="utf-8",
     )
     out = tmp_path / "out"
-    argv = [
-        sys.executable,
-        "-m",
-        "evalgpu",
-        "run",
-        str(data),
-        "--scorer",
-        "summarization",
-        "--out",
-        str(out),
+    argv = run_argv(
+        data,
+        out,
         "--chunk-size",
         "1",
         "--backend",
@@ -255,7 +249,7 @@ def test_kill_9_of_the_driver_then_a_rerun_scores_every_row_once(
         cluster,
         "--replicas",
         "2",
-    ]
+    )
     env = {**os.environ, "EVALGPU_TEST_SLEEP": "0.1"}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = out / "results.jsonl"

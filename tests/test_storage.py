@@ -7,7 +7,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from samples import (
     distinct_rows,
     read_summary,
     records,
+    run_argv,
     successes,
     summary_rows,
     write_jsonl,
@@ -272,21 +272,7 @@ def test_kill_9_at_a_random_moment_then_resume(tmp_path: Path) -> None:
     rows = 2000
     data = write_jsonl(tmp_path / "d.jsonl", distinct_rows(rows))
     out = tmp_path / "out"
-    argv = [
-        sys.executable,
-        "-m",
-        "evalgpu",
-        "run",
-        str(data),
-        "--scorer",
-        "summarization",
-        "--out",
-        str(out),
-        "--chunk-size",
-        "40",
-        "--backend",
-        "cli_engines:slow",
-    ]
+    argv = run_argv(data, out, "--chunk-size", "40", "--backend", "cli_engines:slow")
     tests = Path(__file__).resolve().parent
     path = [str(tests), str(tests.parent / "src"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "EVALGPU_TEST_SLEEP": "0.03"}
