@@ -11,11 +11,12 @@ Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
   output channel, each token's activations quantized on its own; fbgemm kernels, AVX2). The
   fastest here (21.5 tok/s, measured when activations were quantized per batch), but lossy:
   on the AVX2-only EPYC, every reply of a wave of 8 differs from float32's, and 6.5 % of
-  next-token choices (per batch, as it first was: 22 %, and 3 of 8 replies invalid, in the
-  same time). Per batch, its coverage axis agreed with people at chance on 120 RoSE rows
-  (bfloat16: 0.23 on 60); per token, as float32 did on 60 (0.104 against 0.089). And a row's
-  replies can depend on the rows decoded beside it: per batch through the shared scale (the
-  same 60 AttributionBench rows gave balanced accuracy 0.48 in one run and 0.59 in another);
+  next-token choices (with activations quantized per batch instead: 22 %, and 3 of 8 replies
+  invalid, in the same time). Per batch, its coverage axis agreed with people at chance on 120
+  RoSE rows (bfloat16: 0.23 on 60); per token, as float32 did on 60 (0.104 against 0.089).
+  And a row's replies can depend on the rows decoded beside it: per batch through the shared
+  scale (the same 60 AttributionBench rows gave balanced accuracy 0.48 in one run and 0.59 in
+  another);
   per token, because float32's rounding (~1e-5) differs with the batch's shape, and a
   quantization step magnifies it. Only on request;
 - **float32**: the reference, and the fallback. Slow on this AMD CPU (prefill 22-38 tok/s, a
