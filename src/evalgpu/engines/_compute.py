@@ -16,8 +16,7 @@ Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
   RoSE rows (bfloat16: 0.23 on 60); per token, as float32 did on 60 (0.104 against 0.089).
   And a row's replies can depend on the rows decoded beside it: per batch through the shared
   scale (the same 60 AttributionBench rows gave balanced accuracy 0.48 in one run and 0.59 in
-  another);
-  per token, because float32's rounding (~1e-5) differs with the batch's shape, and a
+  another); per token, because float32's rounding (~1e-5) differs with the batch's shape, and a
   quantization step magnifies it. Only on request;
 - **float32**: the reference, and the fallback. Slow on this AMD CPU (prefill 22-38 tok/s, a
   wave at 6 tok/s: its float32 matmuls do not take an AVX-512 path); on an AVX2-only EPYC

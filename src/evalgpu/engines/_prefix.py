@@ -54,8 +54,8 @@ def auto_budget(device: str) -> int:
     source of a chunk from its questions wave to its verify wave, and a chunk of the default
     256 rows holds up to 256 sources (about 25 MB each for a 1,000-token source and a 1.5 B
     judge: 28 layers x 2 key-value heads x 128 x 2 bytes x 2, keys and values, per token).
-    A fixed 1 GiB held 40 of them, and a 60-article FRANK run computed most sources again in
-    its verify wave. A quarter leaves room for a second process and for the decode batch.
+    A fixed 1 GiB holds about 40 of them, fewer than the 60 sources of a 120-row FRANK chunk.
+    A quarter leaves room for a second process and for the decode batch.
     """
     if device.startswith("cuda"):
         import torch
