@@ -27,7 +27,7 @@ from evalgpu import cli, evaluate  # noqa: E402
 from evalgpu.distributed import Planned, Replica, layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
-from evalgpu.sweep import judge_model  # noqa: E402
+from evalgpu.storage import judge_model  # noqa: E402
 from samples import run_argv  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent

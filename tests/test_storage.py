@@ -181,13 +181,14 @@ def test_summary_json_holds_the_configuration_the_aggregates_and_the_run(tmp_pat
     with OutputFolder(out, config()) as folder:
         folder.resume()
         folder.append([record(1, score=0.5), record(2, "row 2: boom")])
-        path = folder.write_summary(
+        written = folder.write_summary(
             engine="scripted",
             file_errors=["d2.jsonl: not found"],
             duplicate_ids={"count": 0},
             run={"rows": 2},
         )
-    summary = json.loads(path.read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary == written
     assert list(summary) == [
         "version",
         "config_hash",

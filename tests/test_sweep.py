@@ -4,6 +4,7 @@ chunk from outside as a Ray driver would); a folder of another configuration is 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,15 @@ from evalgpu.rows import Row
 from evalgpu.scorers.context_recall import row_context_scorer
 from evalgpu.storage import ConfigError
 from evalgpu.sweep import Sweep
-from samples import COMPANY, SOURCE, read_summary, records, successes, summary_rows, write_jsonl
+from samples import (
+    COMPANY,
+    distinct_rows,
+    read_summary,
+    records,
+    successes,
+    summary_rows,
+    write_jsonl,
+)
 
 from cli_engines import FlakyEngine
 
@@ -26,21 +35,31 @@ def summarization(**options: Any) -> list[Any]:
     return [create_summarization_scorer(ScriptedEngine(), **options)]
 
 
-def test_chunks_scored_elsewhere_are_appended_counted_and_resumed(tmp_path: Path) -> None:
+def test_an_executor_scores_chunks_elsewhere_and_the_sweep_appends_and_counts_them(
+    tmp_path: Path,
+) -> None:
+    """As `run --ray` does: the chunks go to an executor, its records come back in any order;
+    a failure is told, and records of a chunk scored twice (a retry) are not written twice."""
     scorers = [create_summarization_scorer(ScriptedEngine())]
-    data = tmp_path / "d.jsonl"
-    data.write_text("{}\n")
-    driver = Driver(scorers, files=[str(data)])
-    rows = [Row(0, n, {"source": SOURCE, "summary": SOURCE}) for n in (1, 2, 3)]
+    data = write_jsonl(tmp_path / "d.jsonl", distinct_rows(3))
     errors: list[str] = []
+
+    def elsewhere(sweep: Sweep, chunks: Iterator[list[Row]]) -> Iterator[tuple[int, list[Any]]]:
+        driver = Driver(scorers, files=sweep.files)
+        scored = [(c, driver.score_chunk(c, sweep.folder.done)) for c in chunks]
+        assert [len(c) for c, _ in scored] == [1, 1, 1]
+        (first, a), (_, b), (third, c) = scored
+        yield len(third), [{**c[0], "score": None, "error": "row 3: boom"}]
+        yield len(first), a
+        yield 0, a  # the same records again: nothing new
+        yield 1, b
+
     with Sweep(tmp_path / "out", scorers, paths=[data]) as sweep:
-        sweep.add_chunk(2, driver.score_chunk(rows[:2]), on_error=errors.append)
-        sweep.add_chunk(
-            1, [{**driver.score_chunk(rows[2:])[0], "error": "row 3: boom"}], on_error=errors.append
-        )
-        summary = json.loads(sweep.finish().read_text())
-    assert errors == ["row 3: boom"]
+        written = list(sweep.run(chunk_size=1, executor=elsewhere, on_error=errors.append))
+        summary = sweep.finish()
+    assert [len(w) for w in written] == [1, 1, 0, 1] and errors == ["row 3: boom"]
     assert (summary["scorers"]["summarization-scorer"]["scored"], summary["run"]["rows"]) == (2, 3)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == summary
     with Sweep(tmp_path / "out", scorers, paths=[data]) as again:
         assert [again.folder.done(0, n, "summarization-scorer") for n in (1, 2, 3)] == [
             True,

@@ -35,18 +35,21 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 from evalgpu.driver import Driver
 from evalgpu.engines.base import JudgeReply, JudgeRequest
+from evalgpu.evaluation import Evaluation, evaluate
 from evalgpu.results import Record
-from evalgpu.rows import Row, file_rows
+from evalgpu.rows import Row
 from evalgpu.runner import WaveStats
 from evalgpu.settings import RunSettings
-from evalgpu.sweep import Progress, Sweep, judge_model
+from evalgpu.storage import judge_model
+from evalgpu.sweep import Progress, Sweep
 
 __all__ = ["Planned", "Replica", "layout", "run_ray"]
 
@@ -191,7 +194,7 @@ def run_ray(
     on_progress: Callable[[Progress], None] | None = None,
     on_error: Callable[[str], None] | None = None,
     on_notice: Callable[[str], None] | None = None,
-) -> Sweep:
+) -> Evaluation:
     """Score what `settings.out` still lacks on a Ray cluster; write `summary.json`.
 
     Args:
@@ -204,14 +207,11 @@ def run_ray(
         gpus_per_replica: GPUs each replica holds; None: the preset's vLLM
             `tensor_parallel_size` (else 1) where the cluster has GPUs, 0 where it has none
             (and for the scripted backend).
-        on_progress: called after each chunk (rows done / total, rows/s, output tokens/s over
-            all replicas).
-        on_error: called with each failed record's error message.
-        on_notice: called with each file that cannot be read (or stops partway) and each id
-            that repeats an earlier row's (named once), as a local run does.
+        on_progress, on_error, on_notice: as `evaluate`'s (output tokens are counted a
+            chunk at a time, over all replicas).
 
     Returns:
-        The run's `Sweep` (closed): `progress`, `file_errors`, `bad_lines`.
+        The run's `Evaluation`, finished: `progress`, `file_errors`, `bad_lines`.
 
     Raises:
         ImportError: Ray is not installed (`pip install "evalgpu[ray]"`).
@@ -246,41 +246,35 @@ def run_ray(
     try:
         gpus = int(cast(Any, ray).cluster_resources().get("GPU", 0))
         replicas, gpus_per_replica = layout(settings, gpus, replicas, gpus_per_replica)
-        scorers = settings.build_scorers(Planned(settings, gpus_per_replica))
-        with Sweep(
-            settings.out,
-            scorers,
-            mapping=settings.mapping,
-            paths=settings.data,
+        # The driver only reads rows: its engine is the `Planned` one, never asked.
+        return evaluate(
+            settings.data,
+            settings.build_scorers(Planned(settings, gpus_per_replica)),
+            map=settings.mapping,
+            out=settings.out,
+            chunk_size=settings.chunk_size,
             limit=settings.limit,
-        ) as sweep:
-            actors = _replicas(ray, sweep, settings, replicas, gpus_per_replica)
-            notice = on_notice or (lambda _: None)
-
-            def file_error(message: str) -> None:
-                sweep.file_errors.append(message)
-                notice(message)
-
-            rows = file_rows(settings.data, limit=settings.limit, on_file_error=file_error)
-            # This driver only reads rows: its engine is the `Planned` one, never asked.
-            chunks = sweep.chunks(
-                sweep.driver(),
-                rows,
-                chunk_size=settings.chunk_size,
-                on_progress=on_progress,
-                on_notice=notice,
-            )
-            _drive(sweep, settings, _scatter(ray, actors, chunks, sweep), on_progress, on_error)
-        return sweep
+            executor=partial(_scatter, ray, settings, replicas, gpus_per_replica),
+            on_progress=on_progress,
+            on_error=on_error,
+            on_notice=on_notice,
+        ).run()
     finally:
         if started:
             ray.shutdown()
 
 
-def _replicas(
-    ray: Any, sweep: Sweep, settings: RunSettings, replicas: int, gpus_per_replica: int
-) -> list[Any]:
-    """The `Replica` actors, each with one CPU and `gpus_per_replica` GPUs."""
+def _scatter(
+    ray: Any,
+    settings: RunSettings,
+    replicas: int,
+    gpus_per_replica: int,
+    sweep: Sweep,
+    chunks: Iterator[list[Row]],
+) -> Iterator[tuple[int, list[Record]]]:
+    """`run_ray`'s executor (`evalgpu.sweep.Executor`): `replicas` actors, each with one CPU
+    and `gpus_per_replica` GPUs; each chunk to the least loaded, at most `IN_FLIGHT` on each,
+    with what the folder already holds of its rows; the records in the order they finish."""
     env = _forwarded_env()
     actor = ray.remote(Replica).options(
         num_cpus=1,
@@ -290,19 +284,13 @@ def _replicas(
         runtime_env={"env_vars": env} if env else None,
     )
     judge = (sweep.config["backend"], sweep.config["model"])
-    return [actor.remote(settings, sweep.files, judge) for _ in range(replicas)]
-
-
-def _scatter(
-    ray: Any, actors: list[Any], chunks: Iterable[list[Row]], sweep: Sweep
-) -> Iterator[Scored]:
-    """Each chunk to the least loaded replica, at most `IN_FLIGHT` on each, with what the
-    folder already holds of its rows; the results in the order they finish."""
+    actors = [actor.remote(settings, sweep.files, judge) for _ in range(replicas)]
     pending: dict[Any, int] = {}  # the call's result -> its actor
     load = [0] * len(actors)
-    todo = iter(chunks)
+    names: list[str] = []
+    sweep.engine_name = None  # named by the replicas that score
     while True:
-        while min(load) < IN_FLIGHT and (chunk := next(todo, None)) is not None:
+        while min(load) < IN_FLIGHT and (chunk := next(chunks, None)) is not None:
             done = {
                 (r.file, r.number, i)
                 for r in chunk
@@ -316,26 +304,8 @@ def _scatter(
             return
         [finished], _ = ray.wait(list(pending), num_returns=1)
         load[pending.pop(finished)] -= 1
-        yield ray.get(finished)
-
-
-def _drive(
-    sweep: Sweep,
-    settings: RunSettings,
-    scored: Iterable[Scored],
-    on_progress: Callable[[Progress], None] | None,
-    on_error: Callable[[str], None] | None,
-) -> None:
-    """Append each chunk's records as it comes back, then write `summary.json`."""
-    report = on_progress or (lambda _: None)
-    progress = sweep.progress
-    names: list[str] = []
-    for chunk in scored:
-        names.append(chunk.engine)
-        # A (row, scorer) with a success already (a chunk retried) adds nothing.
-        sweep.add_chunk(chunk.rows, chunk.records, on_error=on_error)
-        progress.output_tokens += chunk.output_tokens
-        report(progress)
-    report(progress)
-    sweep.engine_name = ", ".join(dict.fromkeys(names)) or None
-    sweep.finish(chunk_size=settings.chunk_size, limit=settings.limit)
+        scored: Scored = ray.get(finished)
+        sweep.progress.output_tokens += scored.output_tokens
+        names.append(scored.engine)
+        sweep.engine_name = ", ".join(dict.fromkeys(names))
+        yield scored.rows, scored.records

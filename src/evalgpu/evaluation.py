@@ -12,20 +12,18 @@ batch API of docs/SEMANTICS.md §1.6), both on the one `Driver`.
 
 from __future__ import annotations
 
-import itertools
-import json
+import contextlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from evalgpu.aggregate import Aggregator
 from evalgpu.data import RowError, file_format
 from evalgpu.driver import Driver
 from evalgpu.results import Record, ScoreResult
-from evalgpu.rows import Row, RowReader, file_rows, python_rows
+from evalgpu.rows import Row, RowReader
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.storage import check_out, scan_results
-from evalgpu.sweep import Progress, Sweep
+from evalgpu.storage import check_out, latest_records
+from evalgpu.sweep import Executor, Progress, Sweep
 
 __all__ = ["Evaluation", "check_run", "evaluate", "run_evals"]
 
@@ -43,6 +41,7 @@ def evaluate(
     target: Callable[[Any], Any] | None = None,
     chunk_size: int = 256,
     limit: int | None = None,
+    executor: Executor | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     on_error: Callable[[str], None] | None = None,
     on_notice: Callable[[str], None] | None = None,
@@ -63,15 +62,17 @@ def evaluate(
             `summary.json`, the lock); an existing folder of the same configuration is
             resumed: only what has no successful record is scored. The configuration is
             derived from the scorers (`Scorer.options`) and the judge as loaded (its engine's
-            name and model folder: `evalgpu.sweep.folder_config`), so `python -m evalgpu run`
-            with the same model and options continues the folder, and the other way round.
-            Data files are hashed, so a changed file is refused; rows given from Python cannot
-            be, and are matched by position: resume with the same rows in the same order.
-            None keeps everything in memory.
+            name and model folder: `evalgpu.storage.folder_config`), so `python -m evalgpu
+            run` with the same model and options continues the folder, and the other way
+            round. Data files are hashed, so a changed file is refused; rows given from
+            Python cannot be, and are matched by position: resume with the same rows in the
+            same order. None keeps everything in memory.
         target: makes a row's output from its input when the row has no output column.
         chunk_size: rows per engine batch (and per append to `results.jsonl`): a chunk
             closes where the source changes, at twice `chunk_size` regardless.
         limit: read at most this many rows in all (None: all); rows already scored count.
+        executor: scores the chunks elsewhere (`evalgpu.sweep.Executor`: `run --ray` passes
+            Ray actors); None: in this process.
         on_progress: called with the `Progress` after each engine wave and chunk.
         on_error: called with each failed record's error message, as it happens.
         on_notice: called with what is no row's error but must not go unsaid: each data file
@@ -88,19 +89,29 @@ def evaluate(
     if not scorers:
         raise ValueError("scorers must name at least one scorer")
     paths = check_run(data, map, out, chunk_size, limit)
-    return Evaluation(
-        data,
-        paths,
-        list(scorers),
-        dict(map or {}),
-        Path(out) if out is not None else None,
-        target,
-        chunk_size,
-        limit,
-        on_progress,
-        on_error,
-        on_notice,
-    )
+    folder = Path(out) if out is not None else None
+
+    def chunks(run: Evaluation) -> Generator[list[Record], None, None]:
+        with Sweep(folder, scorers, mapping=map, paths=paths, limit=limit) as sweep:
+            run.progress, run.file_errors, run.bad_lines = (
+                sweep.progress,
+                sweep.file_errors,
+                sweep.bad_lines,
+            )
+            yield from sweep.run(
+                () if paths is not None else cast(Iterable[Any], data),
+                chunk_size=chunk_size,
+                target=target,
+                executor=executor,
+                on_progress=on_progress,
+                on_error=on_error,
+                on_notice=on_notice,
+            )
+            summary = sweep.finish(chunk_size=chunk_size)
+        run.summary = {k: summary[k] for k in ("scorers", "tokens", "cached_share")}
+        run.finished = True
+
+    return Evaluation(chunks, folder)
 
 
 def check_run(
@@ -147,28 +158,9 @@ class Evaluation:
     """
 
     def __init__(
-        self,
-        data: DataSource,
-        paths: list[Path] | None,
-        scorers: list[Scorer],
-        mapping: dict[str, str],
-        out: Path | None,
-        target: Callable[[Any], Any] | None,
-        chunk_size: int,
-        limit: int | None,
-        on_progress: Callable[[Progress], None] | None = None,
-        on_error: Callable[[str], None] | None = None,
-        on_notice: Callable[[str], None] | None = None,
+        self, chunks: Callable[[Evaluation], Generator[list[Record], None, None]], out: Path | None
     ) -> None:
-        self._data = data
-        self._paths = paths
-        self._scorers = scorers
-        self._mapping = mapping
-        self._out = out
-        self._target = target
-        self._chunk_size = chunk_size
-        self._limit = limit
-        self._on_progress, self._on_error, self._on_notice = on_progress, on_error, on_notice
+        self._chunks, self._out = chunks, out
         self._records: list[Record] = []
         self._iter: Generator[Record, None, None] | None = None
         self.finished = False
@@ -178,14 +170,21 @@ class Evaluation:
         self.file_errors: list[str] = []
         """Data files that could not be read (or stopped partway), one message each."""
         self.progress: Progress | None = None
-        """Where the run stands (rows done, resumed, scored, failed), once it started with `out`."""
+        """Where the run stands (rows done, resumed, scored, failed), once it started."""
         self.bad_lines = 0
         """Lines of `out`'s results.jsonl that did not parse (skipped), once it started."""
 
     def __iter__(self) -> Iterator[Record]:
         if self._iter is None:
-            self._iter = self._produce()
+            self._iter = self._each()
         return self._iter
+
+    def _each(self) -> Generator[Record, None, None]:
+        with contextlib.closing(self._chunks(self)) as chunks:
+            for chunk in chunks:
+                if self._out is None:
+                    self._records.extend(chunk)
+                yield from chunk
 
     def close(self) -> None:
         """Stop early: the chunks already yielded stay on disk, the folder's lock is released.
@@ -216,7 +215,8 @@ class Evaluation:
         """Score whatever is left; one DataFrame row per (row, scorer).
 
         With `out`, the frame holds the folder's latest record of every (file, row, scorer),
-        this run's and earlier runs'; without, the records of this evaluation.
+        this run's and earlier runs' (`evalgpu.storage.latest_records`); without, the records
+        of this evaluation.
 
         Raises:
             ImportError: pandas is not installed (it is not a dependency of evalgpu).
@@ -229,69 +229,8 @@ class Evaluation:
                 "pip install pandas"
             ) from exc
         self.run()
-        if self._out is None:
-            return pd.DataFrame.from_records(self._records)
-        latest: dict[tuple[Any, Any, Any], Record] = {}
-
-        def keep(record: Record) -> None:
-            key = (record.get("file"), record.get("row"), record.get("scorer"))
-            old = latest.get(key)
-            if old is None or old.get("error") is not None or record.get("error") is None:
-                latest[key] = record  # a success is never replaced by a later failure
-
-        scan_results(self._out / "results.jsonl", keep)
-        return pd.DataFrame.from_records(list(latest.values()))
-
-    def _rows(self) -> Iterator[Row]:
-        if self._paths is None:
-            assert not isinstance(self._data, (str, Path))
-            return itertools.islice(python_rows(self._data), self._limit)
-        notice = self._on_notice or (lambda _: None)
-
-        def file_error(message: str) -> None:
-            self.file_errors.append(message)
-            notice(message)
-
-        return file_rows(self._paths, limit=self._limit, on_file_error=file_error)
-
-    def _produce(self) -> Generator[Record, None, None]:
-        if self._out is None:
-            yield from self._in_memory()
-            return
-        with Sweep(
-            self._out, self._scorers, mapping=self._mapping, paths=self._paths, limit=self._limit
-        ) as sweep:
-            self.progress, self.bad_lines = sweep.progress, sweep.bad_lines
-            sweep.file_errors = self.file_errors  # counted in summary.json
-            for records in sweep.stream(
-                self._rows(),
-                chunk_size=self._chunk_size,
-                target=self._target,
-                on_progress=self._on_progress,
-                on_error=self._on_error,
-                on_notice=self._on_notice,
-            ):
-                yield from records
-            sweep.finish(chunk_size=self._chunk_size, limit=self._limit)
-            summary = json.loads((self._out / "summary.json").read_text(encoding="utf-8"))
-            self.summary = {k: summary[k] for k in ("scorers", "tokens", "cached_share")}
-        self.finished = True
-
-    def _in_memory(self) -> Iterator[Record]:
-        files: list[str | None] = [str(p) for p in self._paths] if self._paths else [None]
-        ids = [s.id for s in self._scorers]
-        scale = max(float(s.options.get("scale", 1.0)) for s in self._scorers)
-        aggregator = Aggregator(ids, [f or "" for f in files], scale)
-        driver = Driver(self._scorers, mapping=self._mapping, files=files, target=self._target)
-        for _, records in driver.stream(self._rows(), chunk_size=self._chunk_size):
-            for record in records:
-                self._records.append(record)
-                aggregator.add(record)
-                if record["error"] is not None and self._on_error is not None:
-                    self._on_error(record["error"])
-                yield record
-        self.summary = aggregator.summary()
-        self.finished = True
+        found = self._records if self._out is None else latest_records(self._out)
+        return pd.DataFrame.from_records(found)
 
 
 def run_evals(

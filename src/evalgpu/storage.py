@@ -25,14 +25,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalgpu.aggregate import Aggregator
-from evalgpu.data import replace_surrogates
+from evalgpu.data import FileInfo, inspect_file, replace_surrogates
 from evalgpu.ledger import Ledger
-from evalgpu.results import Record
+from evalgpu.results import RESULT_VERSION, Record
+
+if TYPE_CHECKING:
+    from evalgpu.engines.base import Engine
+    from evalgpu.scorers._scorer import Scorer
 
 __all__ = [
     "CONFIG_VERSION",
@@ -44,6 +48,9 @@ __all__ = [
     "config_hash",
     "config_scale",
     "differences",
+    "folder_config",
+    "judge_model",
+    "latest_records",
     "read_folder",
     "scan_results",
     "upgrade_config",
@@ -158,6 +165,69 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return found or ["a different configuration hash"]
 
 
+def judge_model(engine: Engine) -> str | None:
+    """How a configuration names an engine's model: by its folder's name, else as given.
+
+    A folder is the same judge wherever it lies, and a preset's folder carries the preset's
+    name, so `load_engine("smollm2-135m-instruct")` and `--model smollm2-135m-instruct` name
+    it alike. None: an engine without a model path (the scripted one, your own).
+    """
+    path = getattr(engine, "model_path", None)
+    if path is None:
+        return None
+    return Path(path).resolve().name if Path(path).is_dir() else str(path)
+
+
+def folder_config(
+    scorers: Sequence[Scorer],
+    mapping: Mapping[str, str],
+    paths: Sequence[Path] | None,
+    infos: Sequence[FileInfo] | None = None,
+) -> dict[str, Any]:
+    """An output folder's configuration, with its hash: derived from what scores.
+
+    The judge is named as it was loaded, not as it was asked for: the engine's `name` (the
+    backend that "auto" resolved to) and its model (`judge_model`); engine options that do not
+    change scores (threads, batch size, compute) are not in it. Each scorer brings its own
+    options (`Scorer.options`). So a folder that Python started and one that the command line
+    started with the same judge and options are one configuration.
+
+    Args:
+        scorers: the scorers, in order.
+        mapping: field -> column.
+        paths: the data files, or None for rows from Python: those cannot be hashed before
+            they are read, so a resume matches them by position (the same rows, in order).
+        infos: the files' `inspect_file`, when already read.
+    """
+    if paths is None:
+        data: list[dict[str, Any]] = [{"path": None, "sha256": None, "size": None}]
+    else:
+        infos = infos if infos is not None else [inspect_file(p) for p in paths]
+        data = [
+            {"path": str(p), "sha256": f.sha256, "size": f.size}
+            for p, f in zip(paths, infos, strict=True)
+        ]
+    engines = list({id(s.engine): s.engine for s in scorers}.values())
+    config: dict[str, Any] = {
+        "version": CONFIG_VERSION,
+        "result_version": RESULT_VERSION,
+        "scorer_ids": [s.id for s in scorers],
+        "model": _one(judge_model(e) for e in engines),
+        "backend": _one(str(e.name) for e in engines),
+        "options": {s.id: dict(s.options) for s in scorers},
+        "map": dict(sorted(mapping.items())),
+        "data": data,
+    }
+    config["hash"] = config_hash(config)
+    return config
+
+
+def _one(values: Iterable[Any]) -> Any:
+    """The value when all are equal (one engine), else the list of them."""
+    found = list(dict.fromkeys(values))
+    return found[0] if len(found) == 1 else found
+
+
 def check_out(out: Path) -> None:
     """Refuse an output folder that is a file, or lies under one, before anything is written.
 
@@ -243,7 +313,8 @@ class OutputFolder:
     goes to the folder's `ledger` (what is done) and to its aggregates (`summary.json`).
 
     Args:
-        out: the folder (created when missing).
+        out: the folder (created when missing); None: a run kept in memory, with the same
+            ledger and aggregates and nothing written.
         config: this run's configuration, with its `hash` (see `config_hash`).
 
     Raises:
@@ -253,22 +324,24 @@ class OutputFolder:
         OSError: the folder cannot be read or written.
     """
 
-    def __init__(self, out: Path, config: dict[str, Any]) -> None:
+    def __init__(self, out: Path | None, config: dict[str, Any]) -> None:
         self.path = out
-        self.results_path = out / "results.jsonl"
         self.bad_lines = 0
         """Complete lines of `results.jsonl` that did not parse (skipped by `resume`)."""
-        check_out(out)
-        out.mkdir(parents=True, exist_ok=True)
-        self._lock: int | None = _lock(out)
+        self._lock: int | None = None
         self._file: Any = None
         self._resumed = False
-        try:
-            self.config = self._check_config(config)
-            """The folder's configuration: its data paths name the files in its records."""
-        except BaseException:
-            self.close()
-            raise
+        if out is not None:
+            check_out(out)
+            out.mkdir(parents=True, exist_ok=True)
+            self._lock = _lock(out)
+            try:
+                config = self._check_config(config)
+            except BaseException:
+                self.close()
+                raise
+        self.config = config
+        """The folder's configuration: its data paths name the files in its records."""
         self.files: list[str] = [d["path"] for d in self.config["data"]]
         """The data files as the folder's records name them (its first run's paths)."""
         self.ledger = Ledger(self.files)
@@ -282,10 +355,13 @@ class OutputFolder:
         Returns:
             The number of complete lines that did not parse (also in `bad_lines`).
         """
-        end, self.bad_lines = scan_results(self.results_path, self._take)
-        if self.results_path.exists() and self.results_path.stat().st_size > end:
-            os.truncate(self.results_path, end)  # a torn last line, from a crash
         self._resumed = True
+        if self.path is None:
+            return 0
+        results = self.path / "results.jsonl"
+        end, self.bad_lines = scan_results(results, self._take)
+        if results.exists() and results.stat().st_size > end:
+            os.truncate(results, end)  # a torn last line, from a crash
         return self.bad_lines
 
     def done(self, file: int, row: int, scorer: str) -> bool:
@@ -304,9 +380,10 @@ class OutputFolder:
         if not self._resumed:
             raise RuntimeError("OutputFolder.append before resume: a torn line would stay")
         fresh = [r for r in records if not self._has(r)]
-        if self._file is None:
-            self._file = open(self.results_path, "a", encoding="utf-8")
-        append_records(self._file, fresh)
+        if self._file is None and self.path is not None:
+            self._file = open(self.path / "results.jsonl", "a", encoding="utf-8")
+        if self._file is not None:
+            append_records(self._file, fresh)
         for record in fresh:
             self._take(record)
         return fresh
@@ -326,7 +403,7 @@ class OutputFolder:
         file_errors: list[str],
         duplicate_ids: dict[str, Any],
         run: dict[str, Any],
-    ) -> Path:
+    ) -> dict[str, Any]:
         """Write `summary.json` atomically: the configuration, the aggregates, this run.
 
         Args:
@@ -336,7 +413,7 @@ class OutputFolder:
             run: this run's figures (rows, time, throughput).
 
         Returns:
-            The path of `summary.json`.
+            The summary, as written (kept in memory only, without a folder).
         """
         summary = {
             "version": CONFIG_VERSION,
@@ -352,13 +429,14 @@ class OutputFolder:
             **self.aggregates.summary(),
             "run": run,
         }
-        path = self.path / "summary.json"
-        text = json.dumps(summary, indent=2, ensure_ascii=False)
-        write_atomic(path, replace_surrogates(text) + "\n")
-        return path
+        if self.path is not None:
+            text = json.dumps(summary, indent=2, ensure_ascii=False)
+            write_atomic(self.path / "summary.json", replace_surrogates(text) + "\n")
+        return summary
 
     def _check_config(self, new: dict[str, Any]) -> dict[str, Any]:
         out = self.path
+        assert out is not None
         path = out / "config.json"
         if path.exists():
             old: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -415,6 +493,21 @@ def read_folder(out: Path) -> tuple[dict[str, Any], Aggregator, int]:
     aggregates = _aggregator(config)
     _, bad = scan_results(out / "results.jsonl", aggregates.add)
     return config, aggregates, bad
+
+
+def latest_records(out: Path) -> list[Record]:
+    """The folder's latest record of every (file, row, scorer), in the order first seen; a
+    success is never replaced by a later failure (a resumed run does not score it again)."""
+    latest: dict[tuple[Any, Any, Any], Record] = {}
+
+    def keep(record: Record) -> None:
+        key = (record.get("file"), record.get("row"), record.get("scorer"))
+        old = latest.get(key)
+        if old is None or old.get("error") is not None or record.get("error") is None:
+            latest[key] = record
+
+    scan_results(out / "results.jsonl", keep)
+    return list(latest.values())
 
 
 def _aggregator(config: dict[str, Any]) -> Aggregator:
