@@ -3,8 +3,8 @@
 Both sides are whole sweeps into an output folder (`evaluate`, `run_ray`), so they do the same work:
 read, score a chunk at a time, append, write summary.json. It times
 
-  local   `sweep.run(engine)` in this process, the engine loaded beforehand (timed apart);
-  ray     `run_ray(sweep, replicas=N)` on a local cluster started beforehand (timed apart):
+  local   `evaluate(...)` in this process, the engine loaded beforehand (timed apart);
+  ray     `run_ray(settings, replicas=N)` on a local cluster started beforehand (timed apart):
           actor start and engine load in each replica, the chunks sent to the actors, the appends.
 
 at two sizes (an eighth of the rows, then all of them), so that the fixed cost of a Ray run

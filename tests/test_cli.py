@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from evalgpu import cli, create_summarization_scorer
+from evalgpu import cli
 from evalgpu.engines.scripted import ScriptedEngine
-from evalgpu.sweep import Sweep
+from evalgpu.storage import OutputFolder
 from samples import COMPANY, GOOD, records, run_argv, successes, summary_rows, write_jsonl
 
 TESTS = Path(__file__).resolve().parent
@@ -239,7 +239,7 @@ def test_a_folder_that_cannot_take_the_run_exits_2_with_one_line(
     (line,) = err.strip().splitlines()[1:]  # after the verdict mode's line
     assert line.startswith(f"python -m evalgpu run: error: output folder {out} holds results of")
     assert "use a new output folder, or delete" in line
-    with Sweep(out, [create_summarization_scorer(ScriptedEngine())], paths=[data]):
+    with OutputFolder(out, json.loads((out / "config.json").read_text())):  # another run
         code, _, err = run_cli(capsys, *base)
     assert code == 2 and "another evalgpu run is writing to" in err
     # Flags that do not change scores are not configuration.
@@ -327,7 +327,7 @@ def test_models_list_and_pull(
 
 
 def test_progress_lines_and_bar() -> None:
-    from evalgpu.sweep import Progress
+    from evalgpu.evaluation import Progress
 
     p = Progress(rows_done=50, rows_total=200, rows_run=40, output_tokens=4000, failed=2)
     p.started -= 10

@@ -58,10 +58,10 @@ def test_done_outcomes_are_skipped(engine: ScriptedEngine) -> None:
     def done(file: int, row: int, scorer: str) -> bool:
         return row == 1 or scorer == recall.id
 
-    out = list(driver.stream(rows, done=done, on_skip=lambda r: skipped.append(r.number)))
+    (chunk,) = driver.chunks(rows, done=done, on_skip=lambda r: skipped.append(r.number))
     assert skipped == [1]
-    ((chunk, records),) = out
     assert [r.number for r in chunk] == [2]
+    records = driver.score_chunk(chunk, done)
     assert [(r["row"], r["scorer"]) for r in records] == [(2, summarization.id)]
 
 

@@ -26,7 +26,6 @@ from evalgpu.storage import (
     read_folder,
     scan_results,
 )
-from evalgpu.sweep import Sweep
 from samples import (
     distinct_rows,
     read_summary,
@@ -249,7 +248,8 @@ def test_a_folder_in_use_is_refused_by_another_run(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", summary_rows(1))
     out = tmp_path / "out"
     scorers = [create_summarization_scorer(ScriptedEngine())]
-    with Sweep(out, scorers, paths=[data]):
+    with evaluate(data, scorers, out=out) as holding:
+        next(iter(holding))  # the folder is open, its lock held
         with pytest.raises(ConfigError, match="another evalgpu run is writing to"):
             evaluate(data, scorers, out=out).run()
 

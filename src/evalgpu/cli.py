@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypedDict
 
 from evalgpu.engines import BACKENDS, COMPUTES
-from evalgpu.evaluation import evaluate
+from evalgpu.evaluation import Progress, evaluate
 from evalgpu.models import verdicts_for
 from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.storage import ConfigError
-from evalgpu.sweep import Progress
 
 __all__ = ["main"]
 

@@ -1,33 +1,17 @@
-"""Sweeps on a Ray cluster (`run --ray`): the local run's records, scored by N engine replicas.
+"""Sweeps on a Ray cluster (`run --ray`): the local run, with Ray actors as its executor.
 
-The output folder is opened as for a local run (`evalgpu.sweep.Sweep`: its configuration
-derived from the scorers and the judge, lock, resume ledger; the judge is the one the replicas
-load, `Planned`, and each replica checks that it loaded that one). Then the driver is the local
-run's loop with Ray as its executor:
+`run_ray` calls `evaluate` as a local run does: the same folder (configuration, lock, resume),
+the same reading (row numbers, mapping, bad rows, repeated ids) and appends, on the driver.
+Only the scoring moves: each chunk goes to a `Replica` actor, which loaded the judge once and
+runs the local `Driver.score_chunk` on it (every wave of a chunk one `generate()`), at most
+`IN_FLIGHT` chunks queued on each; `ray.wait` hands each chunk's records back as it finishes.
+A `kill -9` of the driver loses at most the chunks in flight; an actor that dies is restarted
+and its chunk retried (`RESTARTS`).
 
-    read: `Sweep.chunks`, on the driver, as a local run reads (evalgpu's own readers: the
-          same row numbers, field mapping, bad-row records and repeated-id notices; rows
-          already scored are skipped), chunks of about `chunk_size` rows cut where the
-          source changes
-      -> each chunk to a `Replica` actor (`Replica.score`), at most `IN_FLIGHT` queued on each
-      -> `ray.wait`: each chunk's records appended to results.jsonl as it finishes.
-
-Why actors fed chunks and not Ray Data: a chunk is the unit of work, of resume and of the
-reply cache (a source's questions are asked once per chunk), and what comes back is a list of
-records, not rows of a table; as a dataset of pickled chunks it needed its block size forced
-to one byte and a warnings filter. Why not `ray.data.read_json` / `read_parquet`: they number,
-parse and type rows their own way (no line numbers, a bad line fails the read), so records
-would differ from a local run's. The judge, not the reader, is the bottleneck.
-
-Each `Replica` loads the engine once and runs the scorers' full step pipeline over one chunk
-at a time with the local run's `Driver.score_chunk` and one `Runner`: every wave of the chunk
-is one `generate()`. Only the driver writes: a chunk's records reach the file when the chunk is
-done, flushed and fsync'ed, so a `kill -9` of the driver loses at most the chunks in flight,
-and a record whose (row, scorer) already has a success is never written (a chunk retried after
-an actor died adds nothing). An actor that dies is restarted by Ray and its chunk retried
-(`RESTARTS` times).
-
-Ray is imported only here, and only when a run asks for it (`pip install -e ".[ray]"`).
+Why actors and not Ray Data: a chunk is the unit of work, of resume and of the reply cache,
+and what comes back is records, not rows of a table; Ray's readers would number and parse rows
+their own way. The judge, not the reader, is the bottleneck. Ray is imported only here, and
+only when a run asks for it (`pip install -e ".[ray]"`).
 """
 
 from __future__ import annotations
@@ -41,15 +25,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+from evalgpu._options import check_count
 from evalgpu.driver import Driver
 from evalgpu.engines.base import JudgeReply, JudgeRequest
-from evalgpu.evaluation import Evaluation, evaluate
+from evalgpu.evaluation import Evaluation, Progress, evaluate
 from evalgpu.results import Record
 from evalgpu.rows import Row
 from evalgpu.runner import WaveStats
 from evalgpu.settings import RunSettings
 from evalgpu.storage import judge_model
-from evalgpu.sweep import Progress, Sweep
 
 __all__ = ["Planned", "Replica", "layout", "run_ray"]
 
@@ -222,10 +206,8 @@ def run_ray(
         ("replicas", replicas, 1),
         ("gpus_per_replica", gpus_per_replica, 0),
     ):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < least
-        ):
-            raise ValueError(f"{name} must be >= {least}, got {value!r}")
+        if value is not None:
+            check_count(name, value, least)
     try:
         import ray
     except ImportError as exc:
@@ -269,10 +251,10 @@ def _scatter(
     settings: RunSettings,
     replicas: int,
     gpus_per_replica: int,
-    sweep: Sweep,
+    run: Evaluation,
     chunks: Iterator[list[Row]],
 ) -> Iterator[tuple[int, list[Record]]]:
-    """`run_ray`'s executor (`evalgpu.sweep.Executor`): `replicas` actors, each with one CPU
+    """`run_ray`'s executor (`evalgpu.evaluation.Executor`): `replicas` actors, each with one CPU
     and `gpus_per_replica` GPUs; each chunk to the least loaded, at most `IN_FLIGHT` on each,
     with what the folder already holds of its rows; the records in the order they finish."""
     env = _forwarded_env()
@@ -283,19 +265,19 @@ def _scatter(
         max_task_retries=RESTARTS,
         runtime_env={"env_vars": env} if env else None,
     )
-    judge = (sweep.config["backend"], sweep.config["model"])
-    actors = [actor.remote(settings, sweep.files, judge) for _ in range(replicas)]
+    judge = (run.folder.config["backend"], run.folder.config["model"])
+    actors = [actor.remote(settings, run.files, judge) for _ in range(replicas)]
     pending: dict[Any, int] = {}  # the call's result -> its actor
     load = [0] * len(actors)
     names: list[str] = []
-    sweep.engine_name = None  # named by the replicas that score
+    run.engine_name = None  # named by the replicas that score
     while True:
         while min(load) < IN_FLIGHT and (chunk := next(chunks, None)) is not None:
             done = {
                 (r.file, r.number, i)
                 for r in chunk
-                for i in sweep.ids
-                if sweep.folder.done(r.file, r.number, i)
+                for i in (s.id for s in run.scorers)
+                if run.folder.done(r.file, r.number, i)
             }
             at = load.index(min(load))
             pending[actors[at].score.remote(chunk, done)] = at
@@ -305,7 +287,8 @@ def _scatter(
         [finished], _ = ray.wait(list(pending), num_returns=1)
         load[pending.pop(finished)] -= 1
         scored: Scored = ray.get(finished)
-        sweep.progress.output_tokens += scored.output_tokens
+        assert run.progress is not None
+        run.progress.output_tokens += scored.output_tokens
         names.append(scored.engine)
-        sweep.engine_name = ", ".join(dict.fromkeys(names))
+        run.engine_name = ", ".join(dict.fromkeys(names))
         yield scored.rows, scored.records

@@ -1,27 +1,14 @@
-"""The driver: rows stream in, a chunk at a time; each chunk goes through one `Runner.run` per
-engine; its records come out as soon as the chunk is scored.
+"""The driver: rows in, a chunk at a time, one `Runner.run` per engine, records out.
 
-Every entry point scores through a `Driver`: `evaluate` (which the command line calls) through
-`evalgpu.sweep.Sweep`, `run_evals`, and the Ray replicas. The data flow reads one way:
+Every entry point scores through a `Driver`: `evaluate` (and so the command line), `run_evals`
+and the Ray replicas. The data flow reads one way:
 
     file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine
-         -> records (`Driver.score_chunk`) -> storage and report (`evalgpu.storage`, `report`)
+         -> records (`Driver.score_chunk`) -> the output folder (`evalgpu.storage`) -> report
 
-Seams for other drivers (a Ray actor scores chunks with `score_chunk`; the process that owns
-the output folder appends their records):
-
-- `Driver.prepare(row)`: a row with its output made by `target` (when given);
-- `Driver.chunks(rows, chunk_size, done)`: the rows still to score, prepared, in chunks cut
-  where the source changes;
-- `Driver.score_chunk(rows, done)`: score one chunk, return its records, write nothing;
-- `Driver.stream(rows, chunk_size, done)`: both, over a stream of rows, a chunk at a time;
-- on the folder's side (`evalgpu.sweep.Sweep`, over `evalgpu.storage.OutputFolder`):
-  `folder.done(file, row, scorer)` (already recorded: skip it), `Sweep.add_chunk(rows,
-  records)` (append durably, count), `Sweep.finish()` (`summary.json`); then, reading the
-  folder, `evalgpu.report.write_report(out)` (the table and `report.html`).
-
-A record is one `results.jsonl` line (`results.make_record`), the same dict for every entry
-point.
+`chunks` cuts the rows still to score into chunks (a source's rows together); `score_chunk`
+scores one and writes nothing, so a chunk can be scored in another process. A record is one
+`results.jsonl` line (`results.make_record`), the same dict for every entry point.
 """
 
 from __future__ import annotations
@@ -186,15 +173,3 @@ class Driver:
             last = key if key is not None else last
         if chunk:
             yield chunk
-
-    def stream(
-        self,
-        rows: Iterable[Row],
-        *,
-        chunk_size: int = 256,
-        done: Done | None = None,
-        on_skip: Callable[[Row], None] | None = None,
-    ) -> Iterator[tuple[list[Row], list[Record]]]:
-        """Score `rows` a chunk at a time (`chunks`); yield each chunk and its records."""
-        for chunk in self.chunks(rows, chunk_size=chunk_size, done=done, on_skip=on_skip):
-            yield chunk, self.score_chunk(chunk, done)

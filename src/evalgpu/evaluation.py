@@ -8,28 +8,68 @@ batch API of docs/SEMANTICS.md §1.6), both on the one `Driver`.
     for record in run:              # records as their chunk finishes, in row order
         ...
     frame = run.to_pandas()         # with pandas installed
+
+An `Evaluation` is one run, the one way records reach a folder: iterated, it opens the output
+folder (`evalgpu.storage.OutputFolder`, configured by `folder_config` from the scorers' options
+and the judge as loaded), reads the rows, hands them a chunk at a time to an executor (a
+`Driver` in this process, or `run --ray`'s actors), appends each chunk's records durably as it
+comes back, and writes `summary.json` at the end. Memory depends on the chunk size, not on the
+number of rows; after a `kill -9`, at most the chunks in flight are lost, and a rerun scores
+only what has no successful record.
 """
 
 from __future__ import annotations
 
-import contextlib
+import itertools
+import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from evalgpu.data import RowError, file_format
+from evalgpu._options import check_count
+from evalgpu.data import FileInfo, RowError, file_format, inspect_file
 from evalgpu.driver import Driver
 from evalgpu.results import Record, ScoreResult
-from evalgpu.rows import Row, RowReader
+from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows, python_rows
+from evalgpu.runner import WaveStats
 from evalgpu.scorers._scorer import Scorer
-from evalgpu.storage import check_out, latest_records
-from evalgpu.sweep import Executor, Progress, Sweep
+from evalgpu.storage import OutputFolder, check_out, folder_config, latest_records
 
-__all__ = ["Evaluation", "check_run", "evaluate", "run_evals"]
+__all__ = ["Evaluation", "Executor", "Progress", "check_run", "evaluate", "run_evals"]
 
 _NOT_AN_ITEM = RowError("an item is a dict with an 'input' key")
 
 DataSource = str | Path | Sequence[str | Path] | Iterable[dict[str, Any]]
+
+Executor = Callable[["Evaluation", Iterator[list[Row]]], Iterator[tuple[int, list[Record]]]]
+"""Scores a run's chunks: `(run, chunks)` -> `(rows, records)` of each chunk, in any order.
+
+The records are `Driver.score_chunk`'s, but for the (row, scorer) that `run.folder.done`
+holds. The default scores each chunk here; `evalgpu.distributed` scores them on Ray actors."""
+
+
+@dataclass
+class Progress:
+    """Where a run stands, passed to `on_progress` after each wave and chunk."""
+
+    rows_done: int = 0
+    """Rows done so far: written by this run, or scored by a previous one."""
+    rows_total: int | None = None
+    """Rows in the data (after `limit`), when known."""
+    rows_run: int = 0
+    """Rows this run scored and wrote (successes and failures)."""
+    resumed: int = 0
+    """Rows skipped because a previous run scored them."""
+    scored: int = 0
+    failed: int = 0
+    """Results scored / failed by this run."""
+    output_tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
 
 def evaluate(
@@ -61,18 +101,17 @@ def evaluate(
         out: an output folder (`config.json`, `results.jsonl` appended a chunk at a time,
             `summary.json`, the lock); an existing folder of the same configuration is
             resumed: only what has no successful record is scored. The configuration is
-            derived from the scorers (`Scorer.options`) and the judge as loaded (its engine's
-            name and model folder: `evalgpu.storage.folder_config`), so `python -m evalgpu
-            run` with the same model and options continues the folder, and the other way
-            round. Data files are hashed, so a changed file is refused; rows given from
-            Python cannot be, and are matched by position: resume with the same rows in the
-            same order. None keeps everything in memory.
+            derived from the scorers' options and the judge as loaded (`folder_config`), so
+            `python -m evalgpu run` with the same model and options continues the folder, and
+            the other way round. Data files are hashed, so a changed file is refused; rows
+            given from Python are matched by position: resume with the same rows in the same
+            order. None keeps everything in memory.
         target: makes a row's output from its input when the row has no output column.
         chunk_size: rows per engine batch (and per append to `results.jsonl`): a chunk
             closes where the source changes, at twice `chunk_size` regardless.
         limit: read at most this many rows in all (None: all); rows already scored count.
-        executor: scores the chunks elsewhere (`evalgpu.sweep.Executor`: `run --ray` passes
-            Ray actors); None: in this process.
+        executor: scores the chunks elsewhere (`Executor`: `run --ray` passes Ray actors);
+            None: in this process.
         on_progress: called with the `Progress` after each engine wave and chunk.
         on_error: called with each failed record's error message, as it happens.
         on_notice: called with what is no row's error but must not go unsaid: each data file
@@ -90,28 +129,21 @@ def evaluate(
         raise ValueError("scorers must name at least one scorer")
     paths = check_run(data, map, out, chunk_size, limit)
     folder = Path(out) if out is not None else None
-
-    def chunks(run: Evaluation) -> Generator[list[Record], None, None]:
-        with Sweep(folder, scorers, mapping=map, paths=paths, limit=limit) as sweep:
-            run.progress, run.file_errors, run.bad_lines = (
-                sweep.progress,
-                sweep.file_errors,
-                sweep.bad_lines,
-            )
-            yield from sweep.run(
-                () if paths is not None else cast(Iterable[Any], data),
-                chunk_size=chunk_size,
-                target=target,
-                executor=executor,
-                on_progress=on_progress,
-                on_error=on_error,
-                on_notice=on_notice,
-            )
-            summary = sweep.finish(chunk_size=chunk_size)
-        run.summary = {k: summary[k] for k in ("scorers", "tokens", "cached_share")}
-        run.finished = True
-
-    return Evaluation(chunks, folder)
+    mapping = dict(map or {})
+    return Evaluation(
+        data,
+        list(scorers),
+        paths,
+        mapping,
+        folder,
+        target,
+        chunk_size,
+        limit,
+        executor,
+        on_progress,
+        on_error,
+        on_notice,
+    )
 
 
 def check_run(
@@ -128,10 +160,9 @@ def check_run(
             an unknown type, or an `out` that is a file (each message names it).
     """
     RowReader(map)
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be >= 0, got {limit!r}")
+    check_count("chunk_size", chunk_size)
+    if limit is not None:
+        check_count("limit", limit, 0)
     if out is not None:
         check_out(Path(out))
     if isinstance(data, (str, Path)):
@@ -148,43 +179,55 @@ def check_run(
     return paths
 
 
+@dataclass(eq=False)
 class Evaluation:
-    """The records of an `evaluate` call, produced as they are iterated (one pass).
+    """One run of `evaluate`: its records, produced as they are iterated (one pass).
 
     Each record is a dict, the same as a line of `results.jsonl`: `file`, `row`, `id`,
     `scorer`, `score`, `reason`, `axes`, `preprocessStepResult`, `analyzeStepResult`, `usage`,
     `error`, `errorKind`, `version`. Rows already done in `out` are not scored again and not
     yielded. Stopping early, `close()` it (or use it in a `with` block) to release `out`'s lock.
+    The fields are `evaluate`'s arguments (`paths`: the data files, None for rows from Python),
+    then what the run found.
     """
 
-    def __init__(
-        self, chunks: Callable[[Evaluation], Generator[list[Record], None, None]], out: Path | None
-    ) -> None:
-        self._chunks, self._out = chunks, out
-        self._records: list[Record] = []
-        self._iter: Generator[Record, None, None] | None = None
-        self.finished = False
-        """True once every row has been scored (and `summary.json` written, with `out`)."""
-        self.summary: dict[str, Any] | None = None
-        """The aggregates (`summary.json`'s `scorers` and `tokens`), once finished."""
-        self.file_errors: list[str] = []
-        """Data files that could not be read (or stopped partway), one message each."""
-        self.progress: Progress | None = None
-        """Where the run stands (rows done, resumed, scored, failed), once it started."""
-        self.bad_lines = 0
-        """Lines of `out`'s results.jsonl that did not parse (skipped), once it started."""
+    data: DataSource
+    scorers: list[Scorer]
+    paths: list[Path] | None
+    mapping: dict[str, str]
+    out: Path | None
+    target: Callable[[Any], Any] | None = None
+    chunk_size: int = 256
+    limit: int | None = None
+    executor: Executor | None = None
+    on_progress: Callable[[Progress], None] | None = None
+    on_error: Callable[[str], None] | None = None
+    on_notice: Callable[[str], None] | None = None
+    finished: bool = field(default=False, init=False)
+    """True once every row has been scored (and `summary.json` written, with `out`)."""
+    summary: dict[str, Any] | None = field(default=None, init=False)
+    """The aggregates (`summary.json`'s `scorers` and `tokens`), once finished."""
+    progress: Progress | None = field(default=None, init=False)
+    """Where the run stands (rows done, resumed, scored, failed), once it started."""
+    file_errors: list[str] = field(default_factory=list, init=False)
+    """Data files that could not be read (or stopped partway), one message each."""
+    bad_lines: int = field(default=0, init=False)
+    """Lines of `out`'s results.jsonl that did not parse (skipped), once it started."""
+    repeats: RepeatedIds = field(default_factory=RepeatedIds, init=False)
+    """Rows repeating an earlier row's id (counted in summary.json)."""
+    engine_name: str | None = field(default=None, init=False)
+    """The engine(s) that scored, for summary.json (an executor may name its own)."""
+    folder: OutputFolder = field(init=False)
+    """The output folder, open while the run is iterated (`done`: what is recorded)."""
+    files: list[str] = field(init=False)
+    """The data files as the folder's records name them (a resume keeps the first run's)."""
+    _records: list[Record] = field(default_factory=list, init=False)
+    _iter: Generator[Record, None, None] | None = field(default=None, init=False)
 
     def __iter__(self) -> Iterator[Record]:
         if self._iter is None:
             self._iter = self._each()
         return self._iter
-
-    def _each(self) -> Generator[Record, None, None]:
-        with contextlib.closing(self._chunks(self)) as chunks:
-            for chunk in chunks:
-                if self._out is None:
-                    self._records.extend(chunk)
-                yield from chunk
 
     def close(self) -> None:
         """Stop early: the chunks already yielded stay on disk, the folder's lock is released.
@@ -229,8 +272,116 @@ class Evaluation:
                 "pip install pandas"
             ) from exc
         self.run()
-        found = self._records if self._out is None else latest_records(self._out)
+        found = self._records if self.out is None else latest_records(self.out)
         return pd.DataFrame.from_records(found)
+
+    def _each(self) -> Generator[Record, None, None]:
+        infos = [inspect_file(p) for p in self.paths] if self.paths is not None else None
+        config = folder_config(self.scorers, self.mapping, self.paths, infos)
+        with OutputFolder(self.out, config) as self.folder:
+            self.bad_lines = self.folder.resume()
+            self.files = self.folder.files
+            self.progress = Progress(rows_total=_total_rows(infos, self.limit))
+            self.engine_name = ", ".join(dict.fromkeys(str(s.engine.name) for s in self.scorers))
+            for records in self._chunks(self.progress):
+                if self.out is None:
+                    self._records.extend(records)
+                yield from records
+            self._finish(self.progress)
+        self.finished = True
+
+    def _chunks(self, progress: Progress) -> Iterator[list[Record]]:
+        """Score what the folder lacks; yield each chunk's records once they are on disk."""
+        report = self.on_progress or _ignore
+        tell = self.on_notice or _ignore
+
+        def wave(stats: WaveStats) -> None:
+            progress.output_tokens += stats.output_tokens
+            report(progress)
+
+        def skipped(_: Row) -> None:  # a previous run scored it
+            progress.rows_done += 1
+            progress.resumed += 1
+            if progress.resumed % 1000 == 0:
+                report(progress)
+
+        def file_error(message: str) -> None:
+            self.file_errors.append(message)
+            tell(message)
+
+        def noted(rows: Iterable[Row]) -> Iterator[Row]:
+            for row in rows:
+                notice = self.repeats.note(driver.reader.id(row)[0], row, self.files)
+                if notice is not None:
+                    tell(notice)
+                yield row
+
+        driver = Driver(
+            self.scorers, mapping=self.mapping, files=self.files, target=self.target, on_wave=wave
+        )
+        if self.paths is None:
+            items = cast(Iterable[Any], self.data)
+            rows: Iterator[Row] = itertools.islice(python_rows(items), self.limit)
+        else:
+            rows = file_rows(self.paths, limit=self.limit, on_file_error=file_error)
+        chunks = driver.chunks(
+            noted(rows), chunk_size=self.chunk_size, done=self.folder.done, on_skip=skipped
+        )
+        for n, records in (self.executor or _here(driver))(self, chunks):
+            written = self.folder.append(records)  # none that the folder holds a success for
+            progress.rows_run += n
+            progress.rows_done += n
+            for record in written:
+                if record["error"] is None:
+                    progress.scored += 1
+                else:
+                    progress.failed += 1
+                    if self.on_error is not None:
+                        self.on_error(record["error"])
+            report(progress)
+            yield written
+        report(progress)
+
+    def _finish(self, p: Progress) -> None:
+        """Write `summary.json` (aggregates of every record in the folder, and this run)."""
+        wall = p.elapsed
+        summary = self.folder.write_summary(
+            engine=self.engine_name,
+            file_errors=self.file_errors,
+            duplicate_ids=self.repeats.summary(),
+            run={
+                "wall_s": round(wall, 3),
+                "rows": p.rows_run,
+                "resumed_rows": p.resumed,
+                "rows_per_s": round(p.rows_run / wall, 3) if wall > 0 else None,
+                "output_tokens_per_s": round(p.output_tokens / wall, 3) if wall > 0 else None,
+                "chunk_size": self.chunk_size,
+                "limit": self.limit,
+            },
+        )
+        self.summary = {k: summary[k] for k in ("scorers", "tokens", "cached_share")}
+
+
+def _here(driver: Driver) -> Executor:
+    """The default executor: each chunk scored in this process, one after the other."""
+
+    def score(run: Evaluation, chunks: Iterator[list[Row]]) -> Iterator[tuple[int, list[Record]]]:
+        for chunk in chunks:
+            yield len(chunk), driver.score_chunk(chunk, run.folder.done)
+
+    return score
+
+
+def _ignore(_: object) -> None:
+    pass
+
+
+def _total_rows(infos: Sequence[FileInfo] | None, limit: int | None) -> int | None:
+    counts = [f.rows for f in infos] if infos is not None else [None]
+    total = None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+    if limit is not None:
+        return limit if total is None else min(limit, total)
+    return total
 
 
 def run_evals(
@@ -269,7 +420,8 @@ def run_evals(
 
     driver = Driver(scorers, target=target, noun="item")
     entries: list[dict[str, Any]] = []
-    for chunk, records in driver.stream(rows()):
+    for chunk in driver.chunks(rows()):
+        records = driver.score_chunk(chunk)
         results: dict[int, dict[str, ScoreResult]] = {}
         for record in records:
             result = ScoreResult.model_validate(record)

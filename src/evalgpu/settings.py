@@ -4,19 +4,19 @@
 and builds the scorers on it (`build_scorers`: the built-in ones, or your own named
 `package.module:factory` and built as `factory(engine)`), which the command line hands to
 `evalgpu.evaluate`. The output folder's configuration is derived from those scorers and that
-engine (`evalgpu.sweep.folder_config`), never from the flags, so Python and the command line
+engine (`evalgpu.storage.folder_config`), never from the flags, so Python and the command line
 name one run alike.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalgpu._factory import call_factory
+from evalgpu._options import check_count, check_scale
 from evalgpu.engines import COMPUTES, TRANSFORMERS_OPTIONS
 from evalgpu.engines.base import Engine
 from evalgpu.evaluation import check_run
@@ -91,25 +91,14 @@ class RunSettings:
                 raise ValueError(
                     f"scorer must be {', '.join(SCORERS)} or module:factory, got {name!r}"
                 )
-        # The scorers check these too; here a bad flag is a usage error before a model loads.
-        if (
-            isinstance(self.max_questions, bool)
-            or not isinstance(self.max_questions, int)
-            or self.max_questions < 1
-        ):
-            raise ValueError(f"max_questions must be >= 1, got {self.max_questions!r}")
-        if not (
-            isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0
-        ):
-            raise ValueError(f"scale must be > 0, got {self.scale!r}")
+        # The scorers' checks, here so that a bad flag is a usage error before a model loads.
+        check_count("max_questions", self.max_questions)
+        check_scale(self.scale)
         if self.compute is not None and self.compute not in COMPUTES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {self.compute!r}")
         for name in ("threads", "batch_size"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(f"{name} must be >= 1, got {value!r}")
+            if getattr(self, name) is not None:
+                check_count(name, getattr(self, name))
         given = list(self.engine_options())
         if given and self.backend not in ("auto", "transformers"):
             named = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"

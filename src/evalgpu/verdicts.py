@@ -34,6 +34,8 @@ from typing import Annotated, Any, Literal, TypeVar, cast, get_args
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from evalgpu._options import check_count
+
 __all__ = [
     "VERDICT_MODES",
     "Answered",
@@ -159,7 +161,7 @@ def questions_schema(max_questions: int, pattern: str | None = None) -> type[Que
     bounds beside it, and pastes a pattern into the JSON string's regex as it is, so a pattern
     must not admit a quote, a backslash or a newline either (the closed forms do not).
     """
-    _check_count("max_questions", max_questions)  # before the cache: True would hit 1's
+    check_count("max_questions", max_questions)  # before the cache: True would hit 1's
     return _questions_schema(max_questions, pattern)
 
 
@@ -183,7 +185,7 @@ def attribution_schema(n_passages: int) -> type[Attributed]:
     `ENUM_PASSAGES` the enum would slow the compile for no gain; the bound is then checked on
     validation, and an out-of-range number fails the row with its reason.
     """
-    _check_count("n_passages", n_passages)  # before the cache: True would hit 1's
+    check_count("n_passages", n_passages)  # before the cache: True would hit 1's
     return _attribution_schema(n_passages)
 
 
@@ -199,11 +201,6 @@ def _attribution_schema(n_passages: int) -> type[Attributed]:
         __base__=Attributed,
         passages=(list[passage], Field(max_length=min(n_passages, MAX_PASSAGES_CITED))),
     )
-
-
-def _check_count(name: str, n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{name} must be >= 1, got {n!r}")
 
 
 def attach_p(parsed: BaseModel, probabilities: Sequence[float]) -> bool:

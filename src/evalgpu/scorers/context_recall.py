@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal, cast
 
+from evalgpu._options import check_scale
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import extract_tool_results, is_agent_run
 from evalgpu.prompting import fence, judge_chat, numbered
@@ -137,8 +138,7 @@ def _scorer(
     context_extractor: Callable[[Any, Any], Sequence[str]] | None = None,
 ) -> Scorer:
     """The scorer, its options checked (both factories': `context` is checked by the public one)."""
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale!r}")
+    check_scale(scale)
     if reason not in ("template", "model"):
         raise ValueError(f"reason must be 'template' or 'model', got {reason!r}")
     if verdicts is not None and verdicts not in VERDICT_MODES:

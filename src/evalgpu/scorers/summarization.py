@@ -31,6 +31,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal, cast
 
+from evalgpu._options import check_count, check_scale
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
 from evalgpu.prompting import fence, judge_chat, numbered
@@ -136,10 +137,8 @@ def create_summarization_scorer(
     Raises:
         ValueError: an option is out of range (before any model is loaded).
     """
-    if not isinstance(max_questions, int) or max_questions < 1:
-        raise ValueError(f"max_questions must be >= 1, got {max_questions!r}")
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale!r}")
+    check_count("max_questions", max_questions)
+    check_scale(scale)
     if reason not in ("template", "model"):
         raise ValueError(f"reason must be 'template' or 'model', got {reason!r}")
     if verdicts is not None and verdicts not in VERDICT_MODES:

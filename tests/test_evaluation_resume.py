@@ -1,5 +1,5 @@
-"""A sweep: scorers run into an output folder, resumably (from `evaluate`, or fed chunk by
-chunk from outside as a Ray driver would); a folder of another configuration is refused."""
+"""`evaluate` into an output folder: resumably (scored here, or chunk by chunk by an executor,
+as on Ray); a folder of another configuration is refused."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from evalgpu import create_summarization_scorer, evaluate
 from evalgpu.driver import Driver
 from evalgpu.engines.scripted import ScriptedEngine
+from evalgpu.evaluation import Evaluation
 from evalgpu.rows import Row
 from evalgpu.scorers.context_recall import row_context_scorer
 from evalgpu.storage import ConfigError
-from evalgpu.sweep import Sweep
 from samples import (
     COMPANY,
     distinct_rows,
@@ -35,7 +35,7 @@ def summarization(**options: Any) -> list[Any]:
     return [create_summarization_scorer(ScriptedEngine(), **options)]
 
 
-def test_an_executor_scores_chunks_elsewhere_and_the_sweep_appends_and_counts_them(
+def test_an_executor_scores_chunks_elsewhere_and_the_run_appends_and_counts_them(
     tmp_path: Path,
 ) -> None:
     """As `run --ray` does: the chunks go to an executor, its records come back in any order;
@@ -44,9 +44,9 @@ def test_an_executor_scores_chunks_elsewhere_and_the_sweep_appends_and_counts_th
     data = write_jsonl(tmp_path / "d.jsonl", distinct_rows(3))
     errors: list[str] = []
 
-    def elsewhere(sweep: Sweep, chunks: Iterator[list[Row]]) -> Iterator[tuple[int, list[Any]]]:
-        driver = Driver(scorers, files=sweep.files)
-        scored = [(c, driver.score_chunk(c, sweep.folder.done)) for c in chunks]
+    def elsewhere(run: Evaluation, chunks: Iterator[list[Row]]) -> Iterator[tuple[int, list[Any]]]:
+        driver = Driver(scorers, files=run.files)
+        scored = [(c, driver.score_chunk(c, run.folder.done)) for c in chunks]
         assert [len(c) for c, _ in scored] == [1, 1, 1]
         (first, a), (_, b), (third, c) = scored
         yield len(third), [{**c[0], "score": None, "error": "row 3: boom"}]
@@ -54,18 +54,13 @@ def test_an_executor_scores_chunks_elsewhere_and_the_sweep_appends_and_counts_th
         yield 0, a  # the same records again: nothing new
         yield 1, b
 
-    with Sweep(tmp_path / "out", scorers, paths=[data]) as sweep:
-        written = list(sweep.run(chunk_size=1, executor=elsewhere, on_error=errors.append))
-        summary = sweep.finish()
-    assert [len(w) for w in written] == [1, 1, 0, 1] and errors == ["row 3: boom"]
+    out = tmp_path / "out"
+    run = evaluate(data, scorers, out=out, chunk_size=1, executor=elsewhere, on_error=errors.append)
+    assert [r["row"] for r in run] == [3, 1, 2] and errors == ["row 3: boom"]
+    assert run.progress is not None and (run.progress.rows_run, run.progress.failed) == (3, 1)
+    summary = read_summary(out)
     assert (summary["scorers"]["summarization-scorer"]["scored"], summary["run"]["rows"]) == (2, 3)
-    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == summary
-    with Sweep(tmp_path / "out", scorers, paths=[data]) as again:
-        assert [again.folder.done(0, n, "summarization-scorer") for n in (1, 2, 3)] == [
-            True,
-            True,
-            False,
-        ]
+    assert sorted(k[1] for k in successes(out)) == [1, 2] and len(records(out)) == 3
 
 
 # Resume
