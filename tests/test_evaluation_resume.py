@@ -27,7 +27,7 @@ from samples import (
     write_jsonl,
 )
 
-from cli_engines import FlakyEngine
+from cli_engines import BrokenEngine, FlakyEngine
 
 
 def summarization(**options: Any) -> list[Any]:
@@ -105,6 +105,28 @@ def test_a_broken_engine_fails_rows_not_the_run_and_a_later_run_retries_them(
 
 
 # A folder of another configuration
+
+
+def test_an_engine_that_breaks_its_contract_fails_its_rows_not_the_run(tmp_path: Path) -> None:
+    """Too few replies (a bug of the engine, not a score): the rows it was judging fail with
+    an engine error, the other chunks are scored, and a rerun retries them (as on Ray)."""
+    rows = [
+        {
+            "id": str(i),
+            "source": f"Shop {i} opened." + (" BOOM." if i == 1 else ""),
+            "summary": "x.",
+        }
+        for i in range(3)
+    ]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "out"
+    run = evaluate(data, [create_summarization_scorer(BrokenEngine())], out=out, chunk_size=1)
+    run.run()
+    failed = {r["row"]: r for r in records(out) if r["error"]}
+    assert list(failed) == [2] and failed[2]["errorKind"] == "engine"
+    assert failed[2]["error"].startswith('row 2 (id "1"): RuntimeError: engine ')
+    assert "returned 0 replies" in failed[2]["error"]
+    assert run.progress is not None and (run.progress.scored, run.progress.failed) == (2, 1)
 
 
 def test_a_config_change_is_refused(tmp_path: Path) -> None:

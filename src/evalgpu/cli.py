@@ -324,7 +324,7 @@ def _run(args: argparse.Namespace) -> int:
         console.finish()
         print(f"{PROG} run: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
-    except Exception as exc:  # an engine that breaks its contract, a full disk, ...
+    except Exception as exc:  # a full disk, an executor that fails, ...
         console.finish()
         return _fail(
             "run",

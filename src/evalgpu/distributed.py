@@ -16,7 +16,6 @@ only when a run asks for it (`pip install -e ".[ray]"`).
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +26,7 @@ from typing import Any, cast
 
 from evalgpu._options import check_count
 from evalgpu.driver import Driver
+from evalgpu.engines import auto_backend
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 from evalgpu.evaluation import Evaluation, Progress, evaluate
 from evalgpu.results import Record
@@ -65,9 +65,7 @@ class Planned:
     def __init__(self, settings: RunSettings, gpus_per_replica: int) -> None:
         backend = settings.backend
         if backend == "auto":
-            vllm = importlib.util.find_spec("vllm") is not None
-            on_gpu = gpus_per_replica > 0 and vllm and not settings.engine_options()
-            backend = "vllm" if on_gpu else "transformers"
+            backend = auto_backend(settings.engine_options(), gpu=gpus_per_replica > 0)
         self.name = backend
         self.model_path: str | None = None
         if backend in ("vllm", "transformers"):
@@ -112,45 +110,15 @@ class Replica:
 
     def score(self, rows: list[Row], done: set[tuple[int, int, str]]) -> Scored:
         """A chunk's records (`Driver.score_chunk`), but for the (file, row, scorer) of
-        `done` (a success is recorded already), and what the driver counts.
-
-        Whatever escapes the driver (an engine that breaks its contract) becomes the error
-        record of every (row, scorer) of the chunk still to score, so that the run goes on,
-        as it does past a failing row; the chunk is retried by the next run.
-        """
-
-        def recorded(file: int, row: int, scorer: str) -> bool:
-            return (file, row, scorer) in done
-
+        `done` (a success is recorded already), and what the driver counts."""
         before = self.output_tokens
-        try:
-            records = self.driver.score_chunk(rows, recorded)
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            records = [
-                self.driver.failed(row, self.driver.reader.id(row)[0], sid, message, "engine")
-                for row in rows
-                for sid in (s.id for s in self.driver.scorers)
-                if not recorded(row.file, row.number, sid)
-            ]
+        records = self.driver.score_chunk(rows, lambda *key: key in done)
         return Scored(records, len(rows), self.output_tokens - before, self.name)
 
 
 def _forwarded_env() -> dict[str, str]:
     """The driver's EVALGPU_* variables (the models folder, test knobs), for the workers."""
     return {k: v for k, v in os.environ.items() if k.startswith("EVALGPU_")}
-
-
-def _gpus_per_replica(model: str | None) -> int:
-    """GPUs one replica holds: the preset's vLLM `tensor_parallel_size`, else 1."""
-    from evalgpu.models import preset_for
-
-    try:
-        preset = preset_for(model)
-    except (OSError, ValueError):
-        preset = None
-    size = preset.engine_options("vllm").get("tensor_parallel_size", 1) if preset else 1
-    return size if isinstance(size, int) and size >= 1 else 1
 
 
 def layout(
@@ -161,9 +129,16 @@ def layout(
 ) -> tuple[int, int]:
     """(replicas, GPUs per replica) on a cluster with `cluster_gpus` GPUs (see `run_ray`)."""
     if gpus_per_replica is None:
-        # The scripted judge (rules, no model) needs no GPU, wherever it runs.
-        on_gpu = cluster_gpus > 0 and settings.backend != "scripted"
-        gpus_per_replica = _gpus_per_replica(settings.model) if on_gpu else 0
+        gpus_per_replica = 0  # and so for the scripted judge (rules, no model), wherever it runs
+        if cluster_gpus > 0 and settings.backend != "scripted":
+            from evalgpu.models import preset_for
+
+            try:
+                preset = preset_for(settings.model)
+            except (OSError, ValueError):
+                preset = None
+            size = preset.engine_options("vllm").get("tensor_parallel_size", 1) if preset else 1
+            gpus_per_replica = size if isinstance(size, int) and size >= 1 else 1
     if replicas is None:
         replicas = max(1, cluster_gpus // gpus_per_replica) if gpus_per_replica else 1
     return replicas, gpus_per_replica
@@ -287,7 +262,6 @@ def _scatter(
         [finished], _ = ray.wait(list(pending), num_returns=1)
         load[pending.pop(finished)] -= 1
         scored: Scored = ray.get(finished)
-        assert run.progress is not None
         run.progress.output_tokens += scored.output_tokens
         names.append(scored.engine)
         run.engine_name = ", ".join(dict.fromkeys(names))

@@ -103,7 +103,9 @@ class Driver:
         """Score one chunk of (prepared) rows; return their records, in row then scorer order.
 
         Writes nothing. A (row, scorer) for which `done` is True is skipped. A row that
-        cannot be scored gets an error record naming it; the other rows are scored.
+        cannot be scored gets an error record naming it; the other rows are scored. An engine
+        that breaks its contract (`Runner.run` raises: too few replies) fails the rows it
+        was judging in this chunk, not the run; a rerun retries them.
         """
         records: list[Record] = []
         jobs: dict[int, list[tuple[int, str, Steps, str]]] = {k: [] for k in self._runners}
@@ -131,10 +133,17 @@ class Driver:
         for key, group in jobs.items():
             if not group:
                 continue
-            results = self._runners[key].run(
-                [(scorer_id, steps) for _, scorer_id, steps, _ in group],
-                [label for *_, label in group],
-            )
+            try:
+                results = self._runners[key].run(
+                    [(scorer_id, steps) for _, scorer_id, steps, _ in group],
+                    [label for *_, label in group],
+                )
+            except Exception as exc:  # an engine that breaks its contract: its rows fail
+                error = f"{type(exc).__name__}: {exc}"
+                results = [
+                    ScoreResult(scorer=sid, error=f"{label}: {error}", error_kind="engine")
+                    for _, sid, _, label in group
+                ]
             for (slot, *_), result in zip(group, results, strict=True):
                 records[slot] = make_record(records[slot], result)
         return records

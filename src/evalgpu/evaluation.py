@@ -207,8 +207,8 @@ class Evaluation:
     """True once every row has been scored (and `summary.json` written, with `out`)."""
     summary: dict[str, Any] | None = field(default=None, init=False)
     """The aggregates (`summary.json`'s `scorers` and `tokens`), once finished."""
-    progress: Progress | None = field(default=None, init=False)
-    """Where the run stands (rows done, resumed, scored, failed), once it started."""
+    progress: Progress = field(default_factory=Progress, init=False)
+    """Where the run stands (rows done, resumed, scored, failed)."""
     file_errors: list[str] = field(default_factory=list, init=False)
     """Data files that could not be read (or stopped partway), one message each."""
     bad_lines: int = field(default=0, init=False)
@@ -221,7 +221,8 @@ class Evaluation:
     """The output folder, open while the run is iterated (`done`: what is recorded)."""
     files: list[str] = field(init=False)
     """The data files as the folder's records name them (a resume keeps the first run's)."""
-    _records: list[Record] = field(default_factory=list, init=False)
+    records: list[Record] = field(default_factory=list, init=False)
+    """Records produced so far (kept only without `out`: with it, they are on disk)."""
     _iter: Generator[Record, None, None] | None = field(default=None, init=False)
 
     def __iter__(self) -> Iterator[Record]:
@@ -249,11 +250,6 @@ class Evaluation:
             pass
         return self
 
-    @property
-    def records(self) -> list[Record]:
-        """Records produced so far (kept only without `out`: with it, they are on disk)."""
-        return list(self._records)
-
     def to_pandas(self) -> Any:
         """Score whatever is left; one DataFrame row per (row, scorer).
 
@@ -272,7 +268,7 @@ class Evaluation:
                 "pip install pandas"
             ) from exc
         self.run()
-        found = self._records if self.out is None else latest_records(self.out)
+        found = self.records if self.out is None else latest_records(self.out)
         return pd.DataFrame.from_records(found)
 
     def _each(self) -> Generator[Record, None, None]:
@@ -281,11 +277,11 @@ class Evaluation:
         with OutputFolder(self.out, config) as self.folder:
             self.bad_lines = self.folder.resume()
             self.files = self.folder.files
-            self.progress = Progress(rows_total=_total_rows(infos, self.limit))
+            self.progress = Progress(rows_total=_total_rows(infos, self.limit))  # started now
             self.engine_name = ", ".join(dict.fromkeys(str(s.engine.name) for s in self.scorers))
             for records in self._chunks(self.progress):
                 if self.out is None:
-                    self._records.extend(records)
+                    self.records.extend(records)
                 yield from records
             self._finish(self.progress)
         self.finished = True
@@ -413,10 +409,9 @@ def run_evals(
     def rows() -> Iterator[Row]:
         for number, item in enumerate(data, 1):
             originals[number] = item
-            if isinstance(item, dict) and "input" in item:
-                yield Row(0, number, item)
-            else:
-                yield Row(0, number, _NOT_AN_ITEM)
+            yield Row(
+                0, number, item if isinstance(item, dict) and "input" in item else _NOT_AN_ITEM
+            )
 
     driver = Driver(scorers, target=target, noun="item")
     entries: list[dict[str, Any]] = []
@@ -436,8 +431,7 @@ def run_evals(
                 on_item_complete(entry)
     scores: dict[str, float | None] = {}
     for scorer in scorers:
-        got = [e["scorer_results"][scorer.id].score for e in entries]
-        ok = [s for s in got if s is not None]
+        ok = [s for e in entries if (s := e["scorer_results"][scorer.id].score) is not None]
         scores[scorer.id] = sum(ok) / len(ok) if ok else None
     failed = sum(any(r.error for r in e["scorer_results"].values()) for e in entries)
     return {

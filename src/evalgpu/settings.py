@@ -32,32 +32,15 @@ SCORERS = ("summarization", "context-recall")
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The command line's flags, checked at construction (the scorers check their options).
+    """The command line's flags, one field each (`python -m evalgpu run --help` says what
+    each means), checked at construction: a bad flag is a usage error before a model loads.
 
-    Args:
-        data: dataset files (.jsonl, .json, .csv, .parquet), scored in order.
-        scorers: "summarization", "context-recall", or "package.module:factory" for a scorer of
-            your own, built as `factory(engine)` (its options are its own).
-        out: the output folder (created; an existing one is resumed).
-        model: a model folder or preset name; None for the default model.
-        backend: "auto", "vllm", "transformers", or "module:factory".
-        max_questions: summarization's most coverage questions per source (>= 1).
-        scale: both scorers' scale (> 0).
-        verdicts: both scorers' "hard" (the reference) or "soft" verdicts; None: the judge's
-            measured default (`evalgpu.models.verdicts_for`).
-        mapping: field -> column, for files whose columns have other names.
-        chunk_size: rows scored per engine batch and per append (>= 1; `Driver.chunks`).
-        limit: read at most this many rows in all (None: all). Rows already scored count.
-        compute: the transformers engine's compute ("auto", "bfloat16", "int8", "float32";
-            None: its default, "auto").
-        threads: the transformers engine's torch threads on a CPU (None: its measured default).
-        batch_size: the transformers engine's requests decoded together (None: its default,
-            16); its KV caches, and so its memory above the model, grow with it.
-
-    `compute`, `threads` and `batch_size` are options of the engine, not of the scores: they
-    are not part of a folder's configuration, so a folder can be resumed with another compute.
-    The backend is, as "auto" resolves it. Given with backend "auto", any of them loads the
-    transformers engine (`evalgpu.engines.TRANSFORMERS_OPTIONS`).
+    `scorers` are "summarization", "context-recall", or "package.module:factory" for a scorer
+    of your own, built as `factory(engine)` (its options are its own); `verdicts` None is the
+    judge's measured default (`evalgpu.models.verdicts_for`). `compute`, `threads` and
+    `batch_size` are options of the transformers engine, not of the scores: they are not part
+    of a folder's configuration (the backend is, as "auto" resolves it), and given with backend
+    "auto", any of them loads the transformers engine (`evalgpu.engines.TRANSFORMERS_OPTIONS`).
     """
 
     data: tuple[Path, ...]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from evalgpu._factory import call_factory
@@ -17,6 +18,7 @@ __all__ = [
     "Engine",
     "JudgeReply",
     "JudgeRequest",
+    "auto_backend",
     "load_engine",
 ]
 
@@ -68,8 +70,7 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
 
     path = resolve_model(model)
     if backend == "auto":
-        transformers_only = any(name in options for name in TRANSFORMERS_OPTIONS)
-        backend = "vllm" if not transformers_only and _cuda_with_vllm() else "transformers"
+        backend = auto_backend(options)
     preset = preset_for(model)
     options = {**(preset.engine_options(backend) if preset else {}), **options}
     key = (str(path.resolve()), backend, json.dumps(options, sort_keys=True, default=repr))
@@ -83,6 +84,18 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
 
             _ENGINES[key] = TransformersEngine(str(path), **options)
     return _ENGINES[key]
+
+
+def auto_backend(options: Mapping[str, Any], gpu: bool | None = None) -> str:
+    """The backend "auto" loads: vLLM where it is installed and a CUDA device is present
+    (`gpu`: whether one will be, for a process elsewhere; None: this process's), unless an
+    option that only the transformers engine takes is given; else transformers."""
+    if any(name in options for name in TRANSFORMERS_OPTIONS):
+        return "transformers"
+    vllm = (
+        _cuda_with_vllm() if gpu is None else gpu and importlib.util.find_spec("vllm") is not None
+    )
+    return "vllm" if vllm else "transformers"
 
 
 def _cuda_with_vllm() -> bool:
