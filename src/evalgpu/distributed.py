@@ -1,17 +1,14 @@
 """Sweeps on a Ray cluster (`run --ray`): the local run, with Ray actors as its executor.
 
-`run_ray` calls `evaluate` as a local run does: the same folder (configuration, lock, resume),
-the same reading (row numbers, mapping, bad rows, repeated ids) and appends, on the driver.
-Only the scoring moves: each chunk goes to a `Replica` actor, which loaded the judge once and
-runs the local `Driver.score_chunk` on it (every wave of a chunk one `generate()`), at most
-`IN_FLIGHT` chunks queued on each; `ray.wait` hands each chunk's records back as it finishes.
-A `kill -9` of the driver loses at most the chunks in flight; an actor that dies is restarted
-and its chunk retried (`RESTARTS`).
+`run_ray` calls `evaluate` as a local run does (folder, reading, appends: on the driver); only
+the scoring moves. Each chunk goes to a `Replica` actor, which loaded the judge once and runs
+the local `Driver.score_chunk` on it, at most `IN_FLIGHT` chunks queued on each; `ray.wait`
+hands each chunk's records back as it finishes. A `kill -9` of the driver loses at most the
+chunks in flight; an actor that dies is restarted and its chunk retried (`RESTARTS`).
 
 Why actors and not Ray Data: a chunk is the unit of work, of resume and of the reply cache,
-and what comes back is records, not rows of a table; Ray's readers would number and parse rows
-their own way. The judge, not the reader, is the bottleneck. Ray is imported only here, and
-only when a run asks for it (`pip install -e ".[ray]"`).
+and what comes back is records; Ray's readers would number and parse rows their own way, and
+the judge, not the reader, is the bottleneck. Ray is imported only here, when a run asks.
 """
 
 from __future__ import annotations
@@ -46,21 +43,17 @@ RESTARTS = 3
 
 @dataclass
 class Scored:
-    """What a replica sends back for one chunk."""
+    """What a replica sends back for one chunk: its records, output tokens and engine name."""
 
     records: list[Record]
-    rows: int
     output_tokens: int
     engine: str
 
 
 class Planned:
-    """The judge the replicas will load, named as `folder_config` names it, without loading it.
-
-    `name`: the backend a replica resolves "auto" to (vLLM where it holds a GPU and vLLM is
-    installed, unless a transformers-only option is given; else transformers); your own
-    engine is named by its `module:factory`. `model_path`: the model, for `judge_model`.
-    """
+    """The judge the replicas will load, named as `folder_config` names it, without loading it:
+    `name` is the backend a replica resolves "auto" to (`auto_backend`, on a GPU where it holds
+    one), `model_path` the model (for `judge_model`)."""
 
     def __init__(self, settings: RunSettings, gpus_per_replica: int) -> None:
         backend = settings.backend
@@ -113,7 +106,7 @@ class Replica:
         `done` (a success is recorded already), and what the driver counts."""
         before = self.output_tokens
         records = self.driver.score_chunk(rows, lambda *key: key in done)
-        return Scored(records, len(rows), self.output_tokens - before, self.name)
+        return Scored(records, self.output_tokens - before, self.name)
 
 
 def _forwarded_env() -> dict[str, str]:
@@ -242,7 +235,7 @@ def _scatter(
     )
     judge = (run.folder.config["backend"], run.folder.config["model"])
     actors = [actor.remote(settings, run.files, judge) for _ in range(replicas)]
-    pending: dict[Any, int] = {}  # the call's result -> its actor
+    pending: dict[Any, tuple[int, int]] = {}  # the call's result -> its actor, its rows
     load = [0] * len(actors)
     names: list[str] = []
     run.engine_name = None  # named by the replicas that score
@@ -255,14 +248,15 @@ def _scatter(
                 if run.folder.done(r.file, r.number, i)
             }
             at = load.index(min(load))
-            pending[actors[at].score.remote(chunk, done)] = at
+            pending[actors[at].score.remote(chunk, done)] = at, len(chunk)
             load[at] += 1
         if not pending:
             return
         [finished], _ = ray.wait(list(pending), num_returns=1)
-        load[pending.pop(finished)] -= 1
+        at, rows = pending.pop(finished)
+        load[at] -= 1
         scored: Scored = ray.get(finished)
         run.progress.output_tokens += scored.output_tokens
         names.append(scored.engine)
         run.engine_name = ", ".join(dict.fromkeys(names))
-        yield scored.rows, scored.records
+        yield rows, scored.records

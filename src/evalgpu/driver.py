@@ -22,7 +22,7 @@ from evalgpu.rows import Row, RowReader, row_label
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["Done", "Driver", "make_record"]  # make_record: from results, kept here too
+__all__ = ["Done", "Driver"]
 
 Done = Callable[[int, int, str], bool]
 """`(file, row, scorer_id) -> bool`: True when that outcome is already recorded (resume)."""
@@ -71,16 +71,14 @@ class Driver:
             if key not in self._runners:
                 self._runners[key] = Runner(scorer.engine, on_wave=on_wave)
 
-    def label(self, row: Row, ident: str | None) -> str:
-        """How errors name a row: `[file ]row N[ (id "x")]` (`evalgpu.rows.row_label`)."""
-        return row_label(row, self.files, ident, self.noun)
-
     def failed(
         self, row: Row, ident: str | None, scorer: str, error: str, kind: ErrorKind
     ) -> Record:
         """The error record of (row, scorer): `error` prefixed with the row's label."""
         result = ScoreResult(
-            scorer=scorer, error=f"{self.label(row, ident)}: {error}", error_kind=kind
+            scorer=scorer,
+            error=f"{row_label(row, self.files, ident, self.noun)}: {error}",
+            error_kind=kind,
         )
         return make_record(self._base(row, ident, scorer), result)
 
@@ -111,7 +109,7 @@ class Driver:
         jobs: dict[int, list[tuple[int, str, Steps, str]]] = {k: [] for k in self._runners}
         for row in rows:
             ident, row_problem = self.reader.id(row)
-            label = self.label(row, ident)
+            label = row_label(row, self.files, ident, self.noun)  # `[file ]row N[ (id "x")]`
             for scorer in self.scorers:
                 if done is not None and done(row.file, row.number, scorer.id):
                     continue

@@ -128,14 +128,12 @@ def evaluate(
     if not scorers:
         raise ValueError("scorers must name at least one scorer")
     paths = check_run(data, map, out, chunk_size, limit)
-    folder = Path(out) if out is not None else None
-    mapping = dict(map or {})
     return Evaluation(
         data,
         list(scorers),
         paths,
-        mapping,
-        folder,
+        dict(map or {}),
+        Path(out) if out is not None else None,
         target,
         chunk_size,
         limit,
@@ -288,8 +286,8 @@ class Evaluation:
 
     def _chunks(self, progress: Progress) -> Iterator[list[Record]]:
         """Score what the folder lacks; yield each chunk's records once they are on disk."""
-        report = self.on_progress or _ignore
-        tell = self.on_notice or _ignore
+        report = self.on_progress or (lambda _: None)
+        tell = self.on_notice or (lambda _: None)
 
         def wave(stats: WaveStats) -> None:
             progress.output_tokens += stats.output_tokens
@@ -366,10 +364,6 @@ def _here(driver: Driver) -> Executor:
             yield len(chunk), driver.score_chunk(chunk, run.folder.done)
 
     return score
-
-
-def _ignore(_: object) -> None:
-    pass
 
 
 def _total_rows(infos: Sequence[FileInfo] | None, limit: int | None) -> int | None:

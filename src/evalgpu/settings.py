@@ -1,11 +1,9 @@
 """Run settings: what `python -m evalgpu run` was asked, checked before anything loads.
 
-`RunSettings` holds the command line's flags; it loads the judge they name (`load_engine`)
-and builds the scorers on it (`build_scorers`: the built-in ones, or your own named
-`package.module:factory` and built as `factory(engine)`), which the command line hands to
-`evalgpu.evaluate`. The output folder's configuration is derived from those scorers and that
-engine (`evalgpu.storage.folder_config`), never from the flags, so Python and the command line
-name one run alike.
+`RunSettings` loads the judge its flags name (`load_engine`) and builds the scorers on it
+(`build_scorers`), which the command line hands to `evalgpu.evaluate`. A folder's configuration
+comes from those scorers and that engine (`evalgpu.storage.folder_config`), never from the
+flags, so Python and the command line name one run alike.
 """
 
 from __future__ import annotations
