@@ -68,14 +68,14 @@ def test_done_outcomes_are_skipped(engine: ScriptedEngine) -> None:
 def test_an_exception_while_preparing_a_row_fails_that_row_only(
     engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    steps = RowReader.steps
+    fields = RowReader.fields
 
-    def fragile(self: RowReader, scorer: Any, record: dict[str, Any]) -> Any:
+    def fragile(self: RowReader, record: dict[str, Any]) -> Any:
         if record.get("id") == "r1":
             raise RecursionError("maximum recursion depth exceeded")
-        return steps(self, scorer, record)
+        return fields(self, record)
 
-    monkeypatch.setattr(RowReader, "steps", fragile)
+    monkeypatch.setattr(RowReader, "fields", fragile)
     got = evaluate(summary_rows(3), [create_summarization_scorer(engine)]).run().records
     assert got[1]["error"] == 'row 2 (id "r1"): RecursionError: maximum recursion depth exceeded'
     assert got[1]["errorKind"] == "input"

@@ -118,7 +118,7 @@ class Driver:
                 if problem is None:
                     assert isinstance(row.record, dict)
                     try:
-                        steps = self.reader.steps(scorer, row.record)
+                        steps = scorer.steps(self.reader.fields(row.record))
                     except InputError as exc:
                         problem, kind = str(exc), exc.kind
                     except Exception as exc:  # hostile values (nesting too deep, ...): one row's

@@ -14,13 +14,10 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evalgpu.data import RowError, read_rows, replace_surrogates
-from evalgpu.results import InputError, Steps
-
-if TYPE_CHECKING:
-    from evalgpu.scorers._scorer import Scorer
+from evalgpu.results import InputError
 
 __all__ = [
     "FIELDS",
@@ -129,7 +126,7 @@ def python_rows(items: Iterable[Any]) -> Iterator[Row]:
 
 
 class RowReader:
-    """Reads rows with `mapping` (field -> column) applied: their ids, and their steps.
+    """Reads rows with `mapping` (field -> column) applied: their ids, groups and fields.
 
     Args:
         mapping: field -> column, for rows whose columns have other names.
@@ -161,9 +158,9 @@ class RowReader:
                 return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         return None
 
-    def steps(self, scorer: Scorer, record: dict[str, Any]) -> Steps:
-        """The row's steps for `scorer`, which reads the row's `Fields` (the mapping applied)."""
-        return scorer.steps(Fields(record, self.mapping))
+    def fields(self, record: dict[str, Any]) -> Fields:
+        """The row's `Fields`, the mapping applied: what a scorer reads its inputs from."""
+        return Fields(record, self.mapping)
 
 
 def row_label(row: Row, files: Sequence[str | None], ident: str | None, noun: str = "row") -> str:
