@@ -33,6 +33,22 @@ from samples import (
 from cli_engines import LimitedEngine, TroubledEngine
 
 
+def test_a_run_kept_in_memory_does_not_hash_its_files(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Hashes are for resuming a folder; in memory there is none, so a file is read once."""
+    import evalgpu.evaluation
+
+    def refuse(path: Any) -> Any:
+        raise AssertionError(f"hashed {path}")
+
+    monkeypatch.setattr(evalgpu.evaluation, "inspect_file", refuse)
+    data = write_jsonl(tmp_path / "d.jsonl", distinct_rows(2))
+    run = evaluate(data, [create_summarization_scorer(ScriptedEngine())]).run()
+    assert [r["file"] for r in run.records] == [str(data), str(data)]
+    assert run.progress.rows_run == 2 and run.progress.rows_total is None
+
+
 def test_records_stream_in_row_order_as_chunks_finish(engine: ScriptedEngine) -> None:
     read: list[int] = []
 

@@ -270,7 +270,8 @@ class Evaluation:
         return pd.DataFrame.from_records(found)
 
     def _each(self) -> Generator[Record, None, None]:
-        infos = [inspect_file(p) for p in self.paths] if self.paths is not None else None
+        hashed = self.paths is not None and self.out is not None  # in memory, nothing to resume
+        infos = [inspect_file(p) for p in self.paths or ()] if hashed else None
         config = folder_config(self.scorers, self.mapping, self.paths, infos)
         with OutputFolder(self.out, config) as self.folder:
             self.bad_lines = self.folder.resume()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalgpu.aggregate import Aggregator
-from evalgpu.data import FileInfo, inspect_file, replace_surrogates
+from evalgpu.data import FileInfo, replace_surrogates
 from evalgpu.ledger import Ledger
 from evalgpu.results import RESULT_VERSION, Record
 
@@ -197,15 +197,16 @@ def folder_config(
         mapping: field -> column.
         paths: the data files, or None for rows from Python: those cannot be hashed before
             they are read, so a resume matches them by position (the same rows, in order).
-        infos: the files' `inspect_file`, when already read.
+        infos: the files' `inspect_file` (their hashes: a resume refuses a changed file); None
+            for a run kept in memory, which resumes nothing and so need not read them twice.
     """
     if paths is None:
         data: list[dict[str, Any]] = [{"path": None, "sha256": None, "size": None}]
     else:
-        infos = infos if infos is not None else [inspect_file(p) for p in paths]
+        hashed = infos if infos is not None else [None] * len(paths)
         data = [
-            {"path": str(p), "sha256": f.sha256, "size": f.size}
-            for p, f in zip(paths, infos, strict=True)
+            {"path": str(p), "sha256": f.sha256 if f else None, "size": f.size if f else None}
+            for p, f in zip(paths, hashed, strict=True)
         ]
     engines = list({id(s.engine): s.engine for s in scorers}.values())
     config: dict[str, Any] = {
