@@ -48,6 +48,7 @@ def test_the_designs_are_the_product_and_four_others():
         "deepeval",
         "direct",
         "evalgpu-list",
+        "evalgpu-closed-book",
     ]
     assert designs.DEFAULT == "evalgpu"
     with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
@@ -76,7 +77,7 @@ def test_every_design_scores_two_rows_of_each_kind_with_the_product_axes(design,
     # The scripted rules: the first row holds up, the second does not.
     assert results[0].score == scale
     assert results[1].score < scale
-    if design not in ("evalgpu", "evalgpu-list"):  # their own tags only
+    if not design.startswith("evalgpu"):  # their own tags only
         assert {r.tag.split(".")[0] for r in judge.requests} == {design.split("-")[0]}
 
 
@@ -291,3 +292,27 @@ def test_evalgpu_list_checks_every_claim_of_a_summary_in_one_call():
         properties = request.schema.model_json_schema()["$defs"]["Supported"]["properties"]
         assert list(properties) == ["supported"]  # the verdict first, and only it
         assert "<claims>" in request.messages[-1]["content"]
+
+
+@pytest.mark.parametrize("kind", ["faithfulness", "attribution"])
+def test_evalgpu_closed_book_asks_the_products_requests_but_for_its_closing_question(kind):
+    runs = ATTRIBUTIONS if kind == "attribution" else SUMMARIES
+    product, trial = engine(), engine()
+    designs.make("evalgpu", kind, product, 1.0, 3).run_batch(runs)
+    designs.make("evalgpu-closed-book", kind, trial, 1.0, 3).run_batch(runs)
+    assert [r.tag for r in trial.requests] == [r.tag for r in product.requests]
+    changed = 0
+    for ours, theirs in zip(trial.requests, product.requests, strict=True):
+        old, new = designs.evalgpu_closed_book.ASKS.get(ours.tag, ("", ""))
+        if old:
+            changed += 1
+            text = ours.messages[-1]["content"]
+            assert new in text and old not in text
+            assert text == theirs.messages[-1]["content"].replace(old, new)
+        else:
+            assert ours == theirs  # claims, questions and coverage: the product's own
+    assert changed > 0
+    # The product's scorers, built after the trial, still ask the product's question.
+    again = engine()
+    designs.make("evalgpu", kind, again, 1.0, 3).run_batch(runs)
+    assert [r.messages for r in again.requests] == [r.messages for r in product.requests]

@@ -16,6 +16,8 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
 - `direct`: one yes/no question per summary and axis, read as p(yes) (`designs.direct`).
 - `evalgpu-list`: the product's pipeline with each list of checks in one call
   (`designs.evalgpu_list`): one call per claim against one call for all claims.
+- `evalgpu-closed-book`: the product's pipeline, its alignment and attribution checks asking
+  for what the evidence itself states, "not what you know" (`designs.evalgpu_closed_book`).
 
 Scripts import this folder by path (`sys.path` gets scripts/); `designs.scripted:engine` is a
 scripted judge with rules for every design's requests (`--backend designs.scripted:engine`).
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from designs import deepeval_like, direct, evalgpu_list, mastra_1call
+from designs import deepeval_like, direct, evalgpu_closed_book, evalgpu_list, mastra_1call
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 
 __all__ = ["DEFAULT", "DESIGNS", "KINDS", "Factory", "make"]
@@ -55,6 +57,7 @@ DESIGNS: dict[str, Factory] = {
     deepeval_like.NAME: deepeval_like.design,
     direct.NAME: direct.design,
     evalgpu_list.NAME: evalgpu_list.design,
+    evalgpu_closed_book.NAME: evalgpu_closed_book.design,
 }
 DEFAULT = "evalgpu"
 
