@@ -41,7 +41,7 @@ VERDICT_STEPS = {
 """Each design's steps whose replies are verdicts (the others list claims or questions)."""
 
 
-def test_the_designs_are_the_product_and_four_others():
+def test_the_designs_are_the_product_and_five_others():
     assert list(designs.DESIGNS) == [
         "evalgpu",
         "mastra-1call",
