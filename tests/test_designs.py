@@ -41,7 +41,7 @@ VERDICT_STEPS = {
 """Each design's steps whose replies are verdicts (the others list claims or questions)."""
 
 
-def test_the_designs_are_the_product_and_five_others():
+def test_the_designs_are_the_product_and_six_others():
     assert list(designs.DESIGNS) == [
         "evalgpu",
         "mastra-1call",
@@ -49,6 +49,7 @@ def test_the_designs_are_the_product_and_five_others():
         "direct",
         "evalgpu-list",
         "evalgpu-closed-book",
+        "evalgpu-contrast",
     ]
     assert designs.DEFAULT == "evalgpu"
     with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
@@ -316,3 +317,51 @@ def test_evalgpu_closed_book_asks_the_products_requests_but_for_its_closing_ques
     again = engine()
     designs.make("evalgpu", kind, again, 1.0, 3).run_batch(runs)
     assert [r.messages for r in again.requests] == [r.messages for r in product.requests]
+
+
+def test_contrast_takes_the_judges_prior_out_of_p():
+    contrast = designs.evalgpu_contrast.contrast
+    # Evidence that adds nothing to the prior leaves p where it was.
+    assert contrast(0.9, 0.9) == pytest.approx(0.9)
+    # Evidence less convincing than the judge's prior (a true-in-the-world claim, a passage
+    # that does not state it): support falls below even odds.
+    assert contrast(0.55, 0.9) < 0.5
+    # Evidence that states what the judge doubted: support rises.
+    assert contrast(0.8, 0.3) > 0.8
+    assert contrast(0.8, 0.3, alpha=1.0) > contrast(0.8, 0.3)
+    # 0 and 1 from a float32 softmax are clipped, not infinite.
+    assert 0.0 < contrast(1.0, 1.0) <= 1.0 and 0.0 <= contrast(0.0, 1.0) < 0.5
+
+
+@pytest.mark.parametrize("kind", ["faithfulness", "attribution"])
+def test_evalgpu_contrast_asks_each_check_again_without_the_evidence(kind):
+    contrast = designs.evalgpu_contrast.contrast
+    runs = ATTRIBUTIONS if kind == "attribution" else SUMMARIES
+    product, trial = engine(), engine()
+    ours = designs.make("evalgpu", kind, product, 1.0, 3).run_batch(runs)
+    theirs = designs.make("evalgpu-contrast", kind, trial, 1.0, 3).run_batch(runs)
+    checks = [r for r in product.requests if r.tag in designs.evalgpu_contrast.EMPTY]
+    assert checks
+    asked = [r.messages[-1]["content"] for r in trial.requests]
+    for check in checks:
+        text = check.messages[-1]["content"]
+        assert text in asked  # the product's check, unchanged
+        prior = designs.evalgpu_contrast.prior_request(check).messages[-1]["content"]
+        assert prior in asked
+        evidence = text.split("\n\nTask:")[0]
+        assert evidence not in prior and text.endswith(prior.split("\n\n", 1)[1])
+    assert len(trial.requests) == len(product.requests) + len(checks)
+    axis = "recall" if kind == "attribution" else "alignment"
+    for mine, product_result in zip(theirs, ours, strict=True):
+        assert mine.axes[f"{axis}_soft_evidence"] == pytest.approx(
+            product_result.axes[f"{axis}_soft"]
+        )
+        assert {f"{axis}_soft_prior", f"{axis}_soft_alpha1"} <= set(mine.axes)
+    # The first row's every check holds (p 0.9), and the scripted judge answers each the same
+    # without the evidence: each check's p is the contrast of those two.
+    first = theirs[0].axes
+    assert ours[0].axes[f"{axis}_soft"] == pytest.approx(0.9)
+    assert first[f"{axis}_soft"] == pytest.approx(contrast(0.9, first[f"{axis}_soft_prior"]))
+    assert first[f"{axis}_soft_alpha1"] == pytest.approx(
+        contrast(0.9, first[f"{axis}_soft_prior"], alpha=1.0)
+    )

@@ -18,6 +18,9 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
   (`designs.evalgpu_list`): one call per claim against one call for all claims.
 - `evalgpu-closed-book`: the product's pipeline, its alignment and attribution checks asking
   for what the evidence itself states, "not what you know" (`designs.evalgpu_closed_book`).
+- `evalgpu-contrast`: the product's pipeline, each alignment and attribution check's `p`
+  contrasted with the judge's answer to the same check without the evidence
+  (`designs.evalgpu_contrast`).
 
 Scripts import this folder by path (`sys.path` gets scripts/); `designs.scripted:engine` is a
 scripted judge with rules for every design's requests (`--backend designs.scripted:engine`).
@@ -28,7 +31,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from designs import deepeval_like, direct, evalgpu_closed_book, evalgpu_list, mastra_1call
+from designs import (
+    deepeval_like,
+    direct,
+    evalgpu_closed_book,
+    evalgpu_contrast,
+    evalgpu_list,
+    mastra_1call,
+)
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 
 __all__ = ["DEFAULT", "DESIGNS", "KINDS", "Factory", "make"]
@@ -58,6 +68,7 @@ DESIGNS: dict[str, Factory] = {
     direct.NAME: direct.design,
     evalgpu_list.NAME: evalgpu_list.design,
     evalgpu_closed_book.NAME: evalgpu_closed_book.design,
+    evalgpu_contrast.NAME: evalgpu_contrast.design,
 }
 DEFAULT = "evalgpu"
 
