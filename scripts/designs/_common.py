@@ -8,10 +8,10 @@ extractors and model-written reasons are the product's; a design does without th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
-from evalgpu.engines.base import Engine
+from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.rows import Fields
 from evalgpu.scorers._scorer import Scorer
@@ -64,6 +64,27 @@ def recall_scorer(
         return (yield from steps(passages, ground_truth, scorer_id=scorer_id, **options))
 
     return Scorer(scorer_id, engine, run_steps, options=options)
+
+
+Relay = Callable[[list[JudgeRequest]], tuple[list[JudgeRequest], Callable[[list[Any]], list[Any]]]]
+"""`(the product's requests) -> (the requests to send, replies sent -> the product's replies)`."""
+
+
+def relayed(steps: Steps, relay: Relay) -> Generator[list[JudgeRequest], Any, Any]:
+    """The product's `steps`, each wave of requests passed through `relay` on its way to the
+    judge and its replies on their way back; the product's result (also one scored without a
+    judge call)."""
+    try:
+        requests = next(steps)
+    except StopIteration as done:
+        return done.value
+    while True:
+        sent, back = relay(requests)
+        replies = yield sent
+        try:
+            requests = steps.send(back(replies))
+        except StopIteration as done:
+            return done.value
 
 
 def empty_summary(scorer_id: str) -> ScoreResult:

@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Generator
 from typing import Any
 
+from designs._common import relayed
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.results import Steps
 from evalgpu.scorers import context_recall, summarization
@@ -55,13 +56,7 @@ def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
 
 def closed_book(steps: Steps) -> Generator[list[JudgeRequest], Any, Any]:
     """The product's steps, each alignment or attribution question swapped for this design's."""
-    requests = next(steps)
-    while True:
-        replies = yield [ask_closed_book(r) for r in requests]
-        try:
-            requests = steps.send(replies)
-        except StopIteration as done:
-            return done.value
+    return relayed(steps, lambda requests: ([ask_closed_book(r) for r in requests], list))
 
 
 def ask_closed_book(request: JudgeRequest) -> JudgeRequest:

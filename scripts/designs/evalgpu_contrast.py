@@ -32,9 +32,11 @@ import math
 from collections.abc import Generator
 from typing import Any
 
+from designs._common import relayed
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fence
 from evalgpu.results import ScoreResult, Steps
+from evalgpu.scorers._checks import CHECK_TASK
 from evalgpu.scorers.context_recall import numbered_passages
 
 NAME = "evalgpu-contrast"
@@ -82,8 +84,7 @@ def prior_request(request: JudgeRequest) -> JudgeRequest:
     """`request` (an alignment or attribution check) with its evidence emptied."""
     name, empty = EMPTY[request.tag]
     user = request.messages[-1]
-    task = f"\n\nTask: check one claim or one question against the {name} above"
-    _evidence, sep, tail = user["content"].partition(task)
+    _evidence, sep, tail = user["content"].partition(f"\n\n{CHECK_TASK.format(name=name)}")
     assert sep, f"{request.tag}: the check's task is not in the prompt"
     messages = [*request.messages[:-1], {**user, "content": empty + sep + tail}]
     return dataclasses.replace(request, messages=messages)
@@ -92,26 +93,26 @@ def prior_request(request: JudgeRequest) -> JudgeRequest:
 def contrasted(steps: Steps) -> Generator[list[JudgeRequest], Any, Any]:
     """The product's steps, each check's verdict replaced by its contrast with the prior."""
     seen: dict[str, list[tuple[float, float]]] = {}  # axis -> (p_e, p_0) of each check
-    try:
-        requests = next(steps)
-    except StopIteration as done:  # scored without a judge call
-        return done.value
-    while True:
+
+    def relay(requests: list[JudgeRequest]) -> tuple[list[JudgeRequest], Any]:
         checks = [i for i, r in enumerate(requests) if r.tag in EMPTY]
-        replies = yield [*requests, *(prior_request(requests[i]) for i in checks)]
-        replies, priors = list(replies[: len(requests)]), replies[len(requests) :]
-        for i, prior in zip(checks, priors, strict=True):
-            verdict = replies[i]
-            if verdict.p is None or prior.p is None:
-                continue  # no p: the product's verdict stands (and no soft axes)
-            seen.setdefault(AXES[requests[i].tag], []).append((verdict.p, prior.p))
-            p = contrast(verdict.p, prior.p)
-            replies[i] = verdict.model_copy(update={"supported": p >= 0.5})
-            replies[i].p = p
-        try:
-            requests = steps.send(replies)
-        except StopIteration as done:
-            return with_variants(done.value, seen)
+
+        def back(sent: list[Any]) -> list[Any]:
+            replies, priors = list(sent[: len(requests)]), sent[len(requests) :]
+            for i, prior in zip(checks, priors, strict=True):
+                verdict = replies[i]
+                if verdict.p is None or prior.p is None:
+                    continue  # no p: the product's verdict stands (and no soft axes)
+                seen.setdefault(AXES[requests[i].tag], []).append((verdict.p, prior.p))
+                p = contrast(verdict.p, prior.p)
+                replies[i] = verdict.model_copy(update={"supported": p >= 0.5})
+                replies[i].p = p
+            return replies
+
+        return [*requests, *(prior_request(requests[i]) for i in checks)], back
+
+    result = yield from relayed(steps, relay)
+    return with_variants(result, seen) if seen else result
 
 
 def with_variants(result: ScoreResult, seen: dict[str, list[tuple[float, float]]]) -> ScoreResult:
