@@ -33,6 +33,11 @@ before generating; a longer-context judge scores it), `invalid` for every other 
 reply that does not match its schema, or is still cut after the retry). `invalid` must be 0:
 the exit status is 1 otherwise.
 
+The JSON keeps every scored row (`scored`): its id, label, score, axes and each check's `p` in
+order (`p.alignment`, `p.coverage`, `p.verdicts`: claims, questions answered from the summary,
+ground-truth claims), so that another reading of a run (the weakest claim's `p`, say) is
+computed from the file, not from a second run.
+
 Two runs on the same rows (a prompt change, another compute or model) are compared row by
 row: `--compare A.json B.json` gives, for each value both hold, A's metric minus B's with an
 interval over the same rows (FRANK: pairs) resampled for both. That interval is narrower than
@@ -168,6 +173,8 @@ def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any
         }
         if kind == "faithfulness":
             row["human_score"] = record.get("human_score")
+        if result.error is None:
+            row["p"] = check_ps(result)
         if kind != "attribution" and result.error is None:
             steps = getattr(result, "preprocess_step_result", None) or {}
             listed = steps.get("alignment")  # a design without listed claims has none
@@ -179,6 +186,27 @@ def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any
                 ]
         rows.append(row)
     return rows
+
+
+CHECKS = ("alignment", "coverage", "verdicts")
+"""The step results' lists of checks whose `p` a scored row keeps (claims, questions and
+ground-truth claims), so that another reading of the same run (the weakest claim, say) needs no
+second run."""
+
+
+def check_ps(result: Any) -> dict[str, list[float | None]]:
+    """Each list of checks of a row's step results, as its verdicts' `p` in order (None where a
+    verdict has none); a design without such lists gives {}."""
+    out: dict[str, list[float | None]] = {}
+    for steps in (
+        getattr(result, "preprocess_step_result", None),
+        getattr(result, "analyze_step_result", None),
+    ):
+        for name in CHECKS:
+            listed = (steps or {}).get(name)
+            if isinstance(listed, list) and all(isinstance(v, dict) for v in listed):
+                out[name] = [None if v.get("p") is None else float(v["p"]) for v in listed]
+    return out
 
 
 def in_text(claim: str, text: str) -> bool:

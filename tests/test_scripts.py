@@ -41,6 +41,11 @@ def test_agreement_dry_run_writes_json(tmp_path, monkeypatch):
     assert [r["label"] for r in result["scored"]] == [1, 0, 1]
     assert [r["score"] for r in result["scored"]] == [1.0, 0.0, 1.0]
     assert all(r["error_kind"] is None and "recall" in r["axes"] for r in result["scored"])
+    # Each ground-truth claim's p is kept, so another reading of the run needs no second run.
+    for row in result["scored"]:
+        ps = row["p"]["verdicts"]
+        assert ps and all(0.0 <= p <= 1.0 for p in ps)
+        assert row["axes"]["recall_soft"] == pytest.approx(sum(ps) / len(ps))
 
 
 def test_agreement_counts_rows_too_long_for_the_judge_apart_from_invalid_replies():
@@ -184,6 +189,12 @@ def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
     claims = result["claims_in_summary"]
     assert claims["claims"] == sum(r["claims_in_summary"][1] for r in result["scored"]) > 0
     assert claims["share"] == 1.0
+    # One p per claim and per question answered, in the order of the step results.
+    for row in result["scored"]:
+        assert len(row["p"]["alignment"]) == row["claims_in_summary"][1]
+        for name, axis in (("alignment", "alignment_soft"), ("coverage", "coverage_soft")):
+            ps = row["p"][name]
+            assert row["axes"][axis] == pytest.approx(sum(ps) / len(ps))
     with pytest.raises(SystemExit):
         agreement.main([str(data), "--backend", "scripted", "--limit", "4"])
     # --offset slices the same draw of pairs: two slices are the whole sample.
