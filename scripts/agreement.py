@@ -36,7 +36,9 @@ the exit status is 1 otherwise.
 The JSON keeps every scored row (`scored`): its id, label, score, axes and each check's `p` in
 order (`p.alignment`, `p.coverage`, `p.verdicts`: claims, questions answered from the summary,
 ground-truth claims), so that another reading of a run (the weakest claim's `p`, say) is
-computed from the file, not from a second run.
+computed from the file, not from a second run. One such reading is reported beside the soft
+axes: the weakest claim's `p` (`alignment_weakest`, `recall_weakest`: ROC-AUC, FRANK pair win,
+`--compare`), since a faithful summary is one whose every claim holds.
 
 Two runs on the same rows (a prompt change, another compute or model) are compared row by
 row: `--compare A.json B.json` gives, for each value both hold, A's metric minus B's with an
@@ -217,10 +219,28 @@ def in_text(claim: str, text: str) -> bool:
     return bool(words) and sum(w in present for w in words) > len(words) / 2
 
 
+WEAKEST = {
+    "alignment_weakest": ("alignment", "alignment_soft"),
+    "recall_weakest": ("verdicts", "recall_soft"),
+}
+"""Readings of a run that are not the product's score: the lowest `p` of a row's claims (of
+its checks `p.alignment`, `p.verdicts`), beside the mean `p` that the soft axis is. A
+summary is faithful only when all its claims are, and one wrong claim among four moves a mean
+by a quarter, the weakest claim by all of it; which ranks better is measured, not assumed.
+A row without checks reads as its soft axis (0, as SEMANTICS §1.5 scores none)."""
+
+
 def value(row: dict[str, Any], name: str) -> float | None:
-    """A scored row's value: `score`, `soft_score` (or `soft score`), or an axis."""
+    """A scored row's value: `score`, `soft_score` (or `soft score`), an axis, or a reading
+    of its checks' `p` (`WEAKEST`; None for a run that kept no `p`)."""
     if name in ("score", "soft_score", "soft score"):
         return row["score" if name == "score" else "soft_score"]
+    if name in WEAKEST:
+        checks, axis = WEAKEST[name]
+        ps = row.get("p", {}).get(checks)
+        if ps is None or None in ps:
+            return None
+        return min(ps) if ps else row["axes"].get(axis)
     return row["axes"].get(name)
 
 
@@ -276,6 +296,8 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
                 "spearman(alignment_soft, human_score)", spearman, column("alignment_soft"), human
             )
             report("spearman(soft score, human_score)", spearman, column("soft score"), human)
+        if soft(["alignment_weakest"]):
+            report("roc_auc(alignment_weakest)", roc_auc, column("alignment_weakest"), labels)
         if pairs:
             out.update(pair_metrics(rows))
     elif kind == "coverage":
@@ -294,6 +316,8 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
             labels,
         )
         report("roc_auc(score)", roc_auc, recall, labels)
+        if soft(["recall_weakest"]):
+            report("roc_auc(recall_weakest)", roc_auc, column("recall_weakest"), labels)
         if soft(["soft score"]):
             report("roc_auc(soft score)", roc_auc, column("soft score"), labels)
             # A threshold fixed before any row was seen (a judge's even odds), not fitted.
@@ -317,7 +341,7 @@ def pair_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"pairs": len(rows) // 2, "pairs_scored": len(both)}
     if not both:
         return out
-    for name in ("alignment", "alignment_soft", "score", "soft score"):
+    for name in ("alignment", "alignment_soft", "alignment_weakest", "score", "soft score"):
         faithful, unfaithful = [value(f, name) for f, _ in both], [value(u, name) for _, u in both]
         if any(v is None for v in faithful + unfaithful):
             continue
@@ -356,6 +380,11 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     kind = a["kind"]
 
     names = ["score", "soft_score", *sorted({n for r in rows_a + rows_b for n in r["axes"]})]
+    names += [
+        n
+        for n in WEAKEST
+        if all(any(value(r, n) is not None for r in rows) for rows in (rows_a, rows_b))
+    ]
     single = RANKING[kind][1]
     out: dict[str, Any] = {
         "kind": kind,

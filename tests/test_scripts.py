@@ -167,6 +167,40 @@ def test_pair_metrics_use_hard_and_soft_axes_of_pairs_scored_on_both_sides():
     assert 0.5 <= lo <= 0.75 <= hi <= 1.0
 
 
+def test_the_weakest_claim_reading_takes_each_rows_lowest_p_and_ranks_pairs_by_it():
+    def row(ps: list[float], label: int) -> dict:
+        soft = sum(ps) / len(ps) if ps else 0.0
+        axes = {"alignment": 1.0, "alignment_soft": soft, "coverage_soft": 1.0}
+        return {
+            "id": None,
+            "label": label,
+            "human_score": float(label),
+            "score": 1.0,
+            "soft_score": soft,
+            "axes": axes,
+            "error_kind": None,
+            "p": {"alignment": ps},
+        }
+
+    # Pair 1: one wrong claim among four lowers the mean a little (the unfaithful summary's
+    # mean is the higher), the weakest a lot.
+    # Pair 2: the faithful summary has no claims, read as its soft axis (0): lost either way.
+    rows = [row([0.7, 0.7, 0.7, 0.7], 1), row([0.95, 0.95, 0.95, 0.2], 0)]
+    rows += [row([], 1), row([0.3], 0)]
+    assert [agreement.value(r, "alignment_weakest") for r in rows] == [0.7, 0.2, 0.0, 0.3]
+    out = agreement.pair_metrics(rows)
+    assert out["pair_win(alignment_weakest)"]["value"] == pytest.approx(0.5)
+    assert out["pair_win(alignment_soft)"]["value"] == pytest.approx(0.0)
+    assert (
+        agreement.metrics(rows, "faithfulness", 1.0)["roc_auc(alignment_weakest)"]["value"] == 0.5
+    )
+    # A run that kept no p (recorded before) has no such reading, and reports none.
+    for r in rows:
+        del r["p"]
+    assert agreement.value(rows[0], "alignment_weakest") is None
+    assert "pair_win(alignment_weakest)" not in agreement.pair_metrics(rows)
+
+
 def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
     data = tmp_path / "frank.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in frank_rows()))
