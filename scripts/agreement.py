@@ -177,10 +177,9 @@ def scored_rows(records, results, kind: str, scale: float) -> list[dict[str, Any
             row["human_score"] = record.get("human_score")
         if result.error is None:
             row["p"] = check_ps(result)
-        if kind != "attribution" and result.error is None:
             steps = getattr(result, "preprocess_step_result", None) or {}
             listed = steps.get("alignment")  # a design without listed claims has none
-            if isinstance(listed, list):
+            if kind != "attribution" and isinstance(listed, list):
                 claims = [v["claim"] for v in listed]
                 row["claims_in_summary"] = [
                     sum(in_text(c, record["summary"]) for c in claims),
@@ -379,12 +378,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("the runs did not score the same rows in the same order")
     kind = a["kind"]
 
+    # A reading that a run kept no p for has no rows below, and is left out as any value is.
     names = ["score", "soft_score", *sorted({n for r in rows_a + rows_b for n in r["axes"]})]
-    names += [
-        n
-        for n in WEAKEST
-        if all(any(value(r, n) is not None for r in rows) for rows in (rows_a, rows_b))
-    ]
+    names += list(WEAKEST)
     single = RANKING[kind][1]
     out: dict[str, Any] = {
         "kind": kind,
