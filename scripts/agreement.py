@@ -38,7 +38,9 @@ order (`p.alignment`, `p.coverage`, `p.verdicts`: claims, questions answered fro
 ground-truth claims), so that another reading of a run (the weakest claim's `p`, say) is
 computed from the file, not from a second run. One such reading is reported beside the soft
 axes: the weakest claim's `p` (`alignment_weakest`, `recall_weakest`: ROC-AUC, FRANK pair win,
-`--compare`), since a faithful summary is one whose every claim holds.
+`--compare`), since a faithful summary is one whose every claim holds, and paired with the
+soft axis on the same rows (`alignment_weakest - alignment_soft` by FRANK pair win,
+`recall_weakest - recall_soft` by ROC-AUC: the difference with its interval).
 
 Two runs on the same rows (a prompt change, another compute or model) are compared row by
 row: `--compare A.json B.json` gives, for each value both hold, A's metric minus B's with an
@@ -326,6 +328,20 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
                 [int(v >= 0.5 * scale) for v in column("soft score")],
                 labels,
             )
+    if kind == "attribution" or pairs:
+        out.update(readings(rows, kind))
+    return out
+
+
+def readings(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """Each `WEAKEST` reading against its soft axis on the same rows (FRANK: pairs), by the
+    kind's ranking metric, as `"<reading> - <axis>"`: the paired difference that says whether
+    the weakest claim ranks better than the mean, which two intervals side by side cannot."""
+    out = {}
+    for name, (_, axis) in WEAKEST.items():
+        got = paired(kind, rows, name, rows, axis)
+        if got is not None:
+            out[f"{name} - {axis}"] = got
     return out
 
 
@@ -381,29 +397,40 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     # A reading that a run kept no p for has no rows below, and is left out as any value is.
     names = ["score", "soft_score", *sorted({n for r in rows_a + rows_b for n in r["axes"]})]
     names += list(WEAKEST)
-    single = RANKING[kind][1]
     out: dict[str, Any] = {
         "kind": kind,
         "rows": len(rows_a),
         "design": [recorded(a, "design"), recorded(b, "design")],
     }
     for name in names:
-        va, vb = [value(r, name) for r in rows_a], [value(r, name) for r in rows_b]
-        if kind == "faithfulness":  # a pair is a unit: faithful at i, unfaithful at i + 1
-            units = [
-                i
-                for i in range(0, len(va) - 1, 2)
-                if None not in (va[i], va[i + 1], vb[i], vb[i + 1])
-            ]
-            columns = [[v[i + k] for i in units] for v in (va, vb) for k in (0, 1)]
-        else:
-            units = [i for i in range(len(va)) if va[i] is not None and vb[i] is not None]
-            labels = [float(rows_a[i]["label"]) for i in units]
-            columns = [[va[i] for i in units], labels, [vb[i] for i in units], labels]
-        if len(units) < 2:
-            continue
-        out[name] = paired_difference(single, columns[:2], columns[2:]) | {"units": len(units)}
+        got = paired(kind, rows_a, name, rows_b, name)
+        if got is not None:
+            out[name] = got
     return out
+
+
+def paired(
+    kind: str, rows_a: list[dict[str, Any]], name_a: str, rows_b: list[dict[str, Any]], name_b: str
+) -> dict[str, Any] | None:
+    """The kind's ranking metric (`RANKING`) of value `name_a` of `rows_a` minus that of
+    `name_b` of `rows_b`, the same rows in the same order, with a bootstrap interval over the
+    units (FRANK: pairs, faithful at i and unfaithful at i + 1; else rows) that hold all four
+    or two values, resampled for both; None with fewer than 2 such units. Two runs' same value
+    (`compare`), or two readings of one run (`metrics`: the weakest claim against the mean)."""
+    va, vb = [value(r, name_a) for r in rows_a], [value(r, name_b) for r in rows_b]
+    if kind == "faithfulness":
+        units = [
+            i for i in range(0, len(va) - 1, 2) if None not in (va[i], va[i + 1], vb[i], vb[i + 1])
+        ]
+        columns = [[v[i + k] for i in units] for v in (va, vb) for k in (0, 1)]
+    else:
+        units = [i for i in range(len(va)) if va[i] is not None and vb[i] is not None]
+        labels = [float(rows_a[i]["label"]) for i in units]
+        columns = [[va[i] for i in units], labels, [vb[i] for i in units], labels]
+    if len(units) < 2:
+        return None
+    single = RANKING[kind][1]
+    return paired_difference(single, columns[:2], columns[2:]) | {"units": len(units)}
 
 
 MERGED_ALIKE = ("file", "kind", "design", "engine", "compute", "scale")
@@ -471,6 +498,14 @@ def print_table(out: dict[str, Any], name: str, design: str = DEFAULT) -> None:
         if isinstance(m, dict) and "value" in m:
             lo, hi = m["ci95"]
             print(f"| {metric} | {m['value']:.3f} | [{lo:.3f}, {hi:.3f}] |")
+    for metric, m in out.items():
+        if isinstance(m, dict) and "difference" in m:  # `readings`: one run read two ways
+            lo, hi = m["ci95"]
+            ranking = RANKING[out["kind"]][0]
+            print(
+                f"| {metric} ({ranking}, paired over {m['units']}) | {m['difference']:+.3f} "
+                f"| [{lo:+.3f}, {hi:+.3f}] |"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,11 +194,44 @@ def test_the_weakest_claim_reading_takes_each_rows_lowest_p_and_ranks_pairs_by_i
     assert (
         agreement.metrics(rows, "faithfulness", 1.0)["roc_auc(alignment_weakest)"]["value"] == 0.5
     )
+    # The two readings of the one run, paired over the same pairs: weakest minus mean.
+    got = agreement.metrics(rows, "faithfulness", 1.0, pairs=True)
+    diff = got["alignment_weakest - alignment_soft"]
+    assert (diff["a"], diff["b"], diff["difference"], diff["units"]) == (0.5, 0.0, 0.5, 2)
+    lo, hi = diff["ci95"]
+    assert 0.0 <= lo <= 0.5 <= hi <= 1.0
     # A run that kept no p (recorded before) has no such reading, and reports none.
     for r in rows:
         del r["p"]
     assert agreement.value(rows[0], "alignment_weakest") is None
     assert "pair_win(alignment_weakest)" not in agreement.pair_metrics(rows)
+    assert "alignment_weakest - alignment_soft" not in agreement.metrics(
+        rows, "faithfulness", 1.0, pairs=True
+    )
+
+
+def test_the_weakest_reading_of_attribution_is_paired_with_the_soft_recall_by_roc_auc():
+    def row(ps: list[float], label: int) -> dict:
+        soft = sum(ps) / len(ps)
+        axes = {"recall": float(min(ps) > 0.5), "recall_soft": soft}
+        return {
+            "id": None,
+            "label": label,
+            "score": axes["recall"],
+            "soft_score": soft,
+            "axes": axes,
+            "error_kind": None,
+            "p": {"verdicts": ps},
+        }
+
+    # The mean ranks one unattributed row (one claim found nowhere) above an attributed one;
+    # the weakest claim ranks every attributed row first.
+    rows = [row([0.8, 0.8], 1), row([0.9, 0.6], 1), row([0.99, 0.99, 0.99, 0.1], 0), row([0.3], 0)]
+    out = agreement.metrics(rows, "attribution", 1.0)
+    assert out["roc_auc(recall_weakest)"]["value"] == 1.0
+    diff = out["recall_weakest - recall_soft"]
+    assert (diff["a"], diff["b"], diff["units"]) == (1.0, 0.75, 4)
+    assert diff["difference"] == pytest.approx(0.25)
 
 
 def test_agreement_on_frank_pairs_reports_pair_wins_and_soft_axes(tmp_path):
