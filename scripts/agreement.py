@@ -230,6 +230,14 @@ summary is faithful only when all its claims are, and one wrong claim among four
 by a quarter, the weakest claim by all of it; which ranks better is measured, not assumed.
 A row without checks reads as its soft axis (0, as SEMANTICS §1.5 scores none)."""
 
+DECISIONS: dict[str, tuple[str, Callable[[float, float], bool]]] = {
+    "score==scale": ("score", lambda v, scale: v == scale),
+    # A threshold fixed before any row was seen (a judge's even odds), not fitted.
+    "soft score>=0.5*scale": ("soft score", lambda v, scale: v >= 0.5 * scale),
+}
+"""Attribution's verdicts read from a row's value and the run's scale, each reported as
+`balanced_accuracy(<rule>)` against `label_attributed`, by `metrics` and paired by `compare`."""
+
 
 def value(row: dict[str, Any], name: str) -> float | None:
     """A scored row's value: `score`, `soft_score` (or `soft score`), an axis, or a reading
@@ -309,25 +317,15 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
             report(f"spearman({name}, human_coverage)", spearman, column(name), labels)
             report(f"kendall({name}, human_coverage)", kendall_tau_b, column(name), labels)
     else:
-        recall = column("score")
-        report(
-            "balanced_accuracy(score==scale)",
-            balanced_accuracy,
-            [int(v == scale) for v in recall],
-            labels,
-        )
-        report("roc_auc(score)", roc_auc, recall, labels)
+        for rule, (name, holds) in DECISIONS.items():
+            if soft([name]):
+                decided = [int(holds(v, scale)) for v in column(name)]
+                report(f"balanced_accuracy({rule})", balanced_accuracy, decided, labels)
+        report("roc_auc(score)", roc_auc, column("score"), labels)
         if soft(["recall_weakest"]):
             report("roc_auc(recall_weakest)", roc_auc, column("recall_weakest"), labels)
         if soft(["soft score"]):
             report("roc_auc(soft score)", roc_auc, column("soft score"), labels)
-            # A threshold fixed before any row was seen (a judge's even odds), not fitted.
-            report(
-                "balanced_accuracy(soft score>=0.5*scale)",
-                balanced_accuracy,
-                [int(v >= 0.5 * scale) for v in column("soft score")],
-                labels,
-            )
     if kind == "attribution" or pairs:
         out.update(readings(rows, kind))
     return out
@@ -380,6 +378,9 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     The metric is the file's ranking metric: the pair win rate (FRANK), Spearman with
     `human_coverage` (RoSE), ROC-AUC against `label_attributed` (AttributionBench).
 
+    Attribution runs are also compared on their verdicts: `balanced_accuracy` holds, for each
+    `DECISIONS` rule, the balanced accuracy of a minus that of b, paired the same way.
+
     The runs may differ in anything but their rows: a prompt, a compute, a model, or a whole
     design (`--design`), which is what comparing designs on the same rows is for. The result
     names both runs' designs (`design`: [a's, b's]).
@@ -406,7 +407,30 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         got = paired(kind, rows_a, name, rows_b, name)
         if got is not None:
             out[name] = got
+    if kind == "attribution":
+        scales = [recorded(run, "scale") or 1.0 for run in (a, b)]
+        decided = {rule: paired_decisions(rows_a, rows_b, rule, scales) for rule in DECISIONS}
+        out["balanced_accuracy"] = {rule: m for rule, m in decided.items() if m is not None}
     return out
+
+
+def paired_decisions(
+    rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], rule: str, scales: list[float]
+) -> dict[str, Any] | None:
+    """The balanced accuracy of a `DECISIONS` rule, run a's minus run b's (each at its own
+    scale), with an interval over the rows that hold the value in both runs, resampled for
+    both; None with fewer than 2 such rows."""
+    name, holds = DECISIONS[rule]
+    va, vb = [value(r, name) for r in rows_a], [value(r, name) for r in rows_b]
+    units = [i for i in range(len(va)) if va[i] is not None and vb[i] is not None]
+    if len(units) < 2:
+        return None
+    labels = [float(rows_a[i]["label"]) for i in units]
+    (scale_a, scale_b) = scales
+    decided_a = [int(holds(va[i], scale_a)) for i in units]
+    decided_b = [int(holds(vb[i], scale_b)) for i in units]
+    got = paired_difference(balanced_accuracy, [decided_a, labels], [decided_b, labels])
+    return got | {"units": len(units)}
 
 
 def paired(
@@ -598,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"| value | {metric}, A | {metric}, B | A - B | 95 % CI (paired) |")
         print("|---|---:|---:|---:|---|")
+        decided = compared.pop("balanced_accuracy", {})
         for name, m in compared.items():
             if isinstance(m, dict):
                 lo, hi = m["ci95"]
@@ -605,6 +630,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {name} | {m['a']:.3f} | {m['b']:.3f} | {m['difference']:+.3f} "
                     f"| [{lo:+.3f}, {hi:+.3f}] |"
                 )
+        if decided:
+            print(
+                "\n| verdict | balanced accuracy, A | balanced accuracy, B | A - B "
+                "| 95 % CI (paired) |"
+            )
+            print("|---|---:|---:|---:|---|")
+        for rule, m in decided.items():
+            lo, hi = m["ci95"]
+            print(
+                f"| {rule} | {m['a']:.3f} | {m['b']:.3f} | {m['difference']:+.3f} "
+                f"| [{lo:+.3f}, {hi:+.3f}] |"
+            )
         return 0
     if args.merge:
         try:

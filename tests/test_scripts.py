@@ -322,6 +322,18 @@ def test_compare_gives_a_minus_b_with_an_interval_over_the_same_rows():
     b = _run("attribution", labels, [0.1 if y else 0.9 for y in labels])
     got = agreement.compare(a, b)["score"]
     assert (got["a"], got["b"], got["difference"], got["ci95"]) == (1.0, 0.0, 1.0, [1.0, 1.0])
+    # Its verdicts too, each run read at its own scale: at even odds a is always right, b never;
+    # no score reaches the scale, so both runs say "not attributed" throughout (0.5 each).
+    b = {
+        **b,
+        "scale": 10.0,
+        "scored": [{**r, "soft_score": 10 * r["soft_score"]} for r in b["scored"]],
+    }
+    decided = agreement.compare(a, b)["balanced_accuracy"]
+    got = decided["soft score>=0.5*scale"]
+    assert (got["a"], got["b"], got["difference"], got["ci95"]) == (1.0, 0.0, 1.0, [1.0, 1.0])
+    assert decided["score==scale"]["difference"] == 0.0
+    assert decided["score==scale"]["a"] == 0.5
     # FRANK: a unit is a pair (faithful, unfaithful); b ties every pair, a wins half of them.
     a = _run("faithfulness", [1, 0] * 4, [1, 0, 0, 1, 1, 0, 0, 1])
     b = _run("faithfulness", [1, 0] * 4, [0.5] * 8)
