@@ -417,31 +417,38 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def paired_decisions(
     rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], rule: str, scales: list[float]
 ) -> dict[str, Any] | None:
-    """The balanced accuracy of a `DECISIONS` rule, run a's minus run b's (each at its own
-    scale), with an interval over the rows that hold the value in both runs, resampled for
-    both; None with fewer than 2 such rows."""
+    """The balanced accuracy of a `DECISIONS` rule, run a's minus run b's (each read at its own
+    scale), paired as `paired` pairs attribution rows; None with fewer than 2 such rows."""
     name, holds = DECISIONS[rule]
-    va, vb = [value(r, name) for r in rows_a], [value(r, name) for r in rows_b]
-    units = [i for i in range(len(va)) if va[i] is not None and vb[i] is not None]
-    if len(units) < 2:
-        return None
-    labels = [float(rows_a[i]["label"]) for i in units]
-    (scale_a, scale_b) = scales
-    decided_a = [int(holds(va[i], scale_a)) for i in units]
-    decided_b = [int(holds(vb[i], scale_b)) for i in units]
-    got = paired_difference(balanced_accuracy, [decided_a, labels], [decided_b, labels])
-    return got | {"units": len(units)}
+    va, vb = (
+        [None if v is None else float(holds(v, scale)) for v in (value(r, name) for r in rows)]
+        for rows, scale in zip((rows_a, rows_b), scales, strict=True)
+    )
+    return paired_values("attribution", rows_a, va, vb, balanced_accuracy)
 
 
 def paired(
     kind: str, rows_a: list[dict[str, Any]], name_a: str, rows_b: list[dict[str, Any]], name_b: str
 ) -> dict[str, Any] | None:
     """The kind's ranking metric (`RANKING`) of value `name_a` of `rows_a` minus that of
-    `name_b` of `rows_b`, the same rows in the same order, with a bootstrap interval over the
-    units (FRANK: pairs, faithful at i and unfaithful at i + 1; else rows) that hold all four
-    or two values, resampled for both; None with fewer than 2 such units. Two runs' same value
-    (`compare`), or two readings of one run (`metrics`: the weakest claim against the mean)."""
+    `name_b` of `rows_b`, the same rows in the same order (`paired_values`). Two runs' same
+    value (`compare`), or two readings of one run (`metrics`: the weakest claim against the
+    mean)."""
     va, vb = [value(r, name_a) for r in rows_a], [value(r, name_b) for r in rows_b]
+    return paired_values(kind, rows_a, va, vb, RANKING[kind][1])
+
+
+def paired_values(
+    kind: str,
+    rows: list[dict[str, Any]],
+    va: list[float | None],
+    vb: list[float | None],
+    metric: Callable[..., float],
+) -> dict[str, Any] | None:
+    """`metric` of values `va` minus that of `vb` (one per row of `rows`, which give the
+    labels), with a bootstrap interval over the units (FRANK: pairs, faithful at i and
+    unfaithful at i + 1; else rows) that hold all four or two values, resampled for both; None
+    with fewer than 2 such units."""
     if kind == "faithfulness":
         units = [
             i for i in range(0, len(va) - 1, 2) if None not in (va[i], va[i + 1], vb[i], vb[i + 1])
@@ -449,12 +456,11 @@ def paired(
         columns = [[v[i + k] for i in units] for v in (va, vb) for k in (0, 1)]
     else:
         units = [i for i in range(len(va)) if va[i] is not None and vb[i] is not None]
-        labels = [float(rows_a[i]["label"]) for i in units]
+        labels = [float(rows[i]["label"]) for i in units]
         columns = [[va[i] for i in units], labels, [vb[i] for i in units], labels]
     if len(units) < 2:
         return None
-    single = RANKING[kind][1]
-    return paired_difference(single, columns[:2], columns[2:]) | {"units": len(units)}
+    return paired_difference(metric, columns[:2], columns[2:]) | {"units": len(units)}
 
 
 MERGED_ALIKE = ("file", "kind", "design", "engine", "compute", "scale")
@@ -500,6 +506,13 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         }
     )
     return out
+
+
+def paired_line(name: str, m: dict[str, Any]) -> str:
+    """A `compare` table's row: a's and b's metric, a - b and its paired interval."""
+    lo, hi = m["ci95"]
+    values = f"{m['a']:.3f} | {m['b']:.3f} | {m['difference']:+.3f}"
+    return f"| {name} | {values} | [{lo:+.3f}, {hi:+.3f}] |"
 
 
 def print_table(out: dict[str, Any], name: str, design: str = DEFAULT) -> None:
@@ -625,11 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         decided = compared.pop("balanced_accuracy", {})
         for name, m in compared.items():
             if isinstance(m, dict):
-                lo, hi = m["ci95"]
-                print(
-                    f"| {name} | {m['a']:.3f} | {m['b']:.3f} | {m['difference']:+.3f} "
-                    f"| [{lo:+.3f}, {hi:+.3f}] |"
-                )
+                print(paired_line(name, m))
         if decided:
             print(
                 "\n| verdict | balanced accuracy, A | balanced accuracy, B | A - B "
@@ -637,11 +646,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print("|---|---:|---:|---:|---|")
         for rule, m in decided.items():
-            lo, hi = m["ci95"]
-            print(
-                f"| {rule} | {m['a']:.3f} | {m['b']:.3f} | {m['difference']:+.3f} "
-                f"| [{lo:+.3f}, {hi:+.3f}] |"
-            )
+            print(paired_line(rule, m))
         return 0
     if args.merge:
         try:
