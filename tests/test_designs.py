@@ -41,7 +41,7 @@ VERDICT_STEPS = {
 """Each design's steps whose replies are verdicts (the others list claims or questions)."""
 
 
-def test_the_designs_are_the_product_and_six_others():
+def test_the_designs_are_the_product_and_seven_others():
     assert list(designs.DESIGNS) == [
         "evalgpu",
         "mastra-1call",
@@ -50,6 +50,7 @@ def test_the_designs_are_the_product_and_six_others():
         "evalgpu-list",
         "evalgpu-closed-book",
         "evalgpu-contrast",
+        "evalgpu-fewshot",
     ]
     assert designs.DEFAULT == "evalgpu"
     with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
@@ -365,3 +366,35 @@ def test_evalgpu_contrast_asks_each_check_again_without_the_evidence(kind):
     assert first[f"{axis}_soft_alpha1"] == pytest.approx(
         contrast(0.9, first[f"{axis}_soft_prior"], alpha=1.0)
     )
+
+
+def test_evalgpu_fewshot_asks_each_alignment_check_again_after_the_worked_examples():
+    fewshot = designs.evalgpu_fewshot
+    product, trial = engine(), engine()
+    ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(SUMMARIES)
+    theirs = designs.make("evalgpu-fewshot", "faithfulness", trial, 1.0, 3).run_batch(SUMMARIES)
+    checks = [r for r in product.requests if r.tag == fewshot.TAG]
+    assert checks
+    # Every product request is asked unchanged, and each alignment check once more with the
+    # examples between the system message and the check itself.
+    assert len(trial.requests) == len(product.requests) + len(checks)
+    for check in checks:
+        assert check.messages in [r.messages for r in trial.requests]
+        shown = fewshot.shown_examples(check).messages
+        assert shown in [r.messages for r in trial.requests]
+        assert shown[0] == check.messages[0] and shown[-1] == check.messages[-1]
+        demo = shown[1:-1]
+        assert [m["role"] for m in demo] == ["user", "assistant"] * len(fewshot.EXAMPLES)
+        for (claim, verdict), (asked, answer) in zip(
+            fewshot.EXAMPLES, zip(demo[::2], demo[1::2], strict=True), strict=True
+        ):
+            assert fewshot.EXAMPLE_SOURCE in asked["content"] and claim in asked["content"]
+            assert json.loads(answer["content"]) == {"supported": verdict}
+    assert {v for _, v in fewshot.EXAMPLES} == {True, False}
+    # The scripted judge reads only the check, so the examples change no verdict here: the
+    # design's axes and the product's recorded beside them are the product run's.
+    for mine, product_result in zip(theirs, ours, strict=True):
+        for axis in ("alignment", "alignment_soft"):
+            assert mine.axes[axis] == pytest.approx(product_result.axes[axis])
+            assert mine.axes[f"{axis}_product"] == pytest.approx(product_result.axes[axis])
+    assert ours[1].axes["alignment"] < 1.0  # the wrong number is caught: the axes differ by row

@@ -21,6 +21,8 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
 - `evalgpu-contrast`: the product's pipeline, each alignment and attribution check's `p`
   contrasted with the judge's answer to the same check without the evidence
   (`designs.evalgpu_contrast`).
+- `evalgpu-fewshot`: the product's pipeline, its alignment checks shown four answered checks
+  of an invented source first (`designs.evalgpu_fewshot`).
 
 Scripts import this folder by path (`sys.path` gets scripts/); `designs.scripted:engine` is a
 scripted judge with rules for every design's requests (`--backend designs.scripted:engine`).
@@ -36,6 +38,7 @@ from designs import (
     direct,
     evalgpu_closed_book,
     evalgpu_contrast,
+    evalgpu_fewshot,
     evalgpu_list,
     mastra_1call,
 )
@@ -69,6 +72,7 @@ DESIGNS: dict[str, Factory] = {
     evalgpu_list.NAME: evalgpu_list.design,
     evalgpu_closed_book.NAME: evalgpu_closed_book.design,
     evalgpu_contrast.NAME: evalgpu_contrast.design,
+    evalgpu_fewshot.NAME: evalgpu_fewshot.design,
 }
 DEFAULT = "evalgpu"
 
