@@ -40,7 +40,9 @@ computed from the file, not from a second run. One such reading is reported besi
 axes: the weakest claim's `p` (`alignment_weakest`, `recall_weakest`: ROC-AUC, FRANK pair win,
 `--compare`), since a faithful summary is one whose every claim holds, and paired with the
 soft axis on the same rows (`alignment_weakest - alignment_soft` by FRANK pair win,
-`recall_weakest - recall_soft` by ROC-AUC: the difference with its interval).
+`recall_weakest - recall_soft` by ROC-AUC: the difference with its interval). A trial design
+that also records the product's verdicts on the same checks (`alignment_soft_product`) is
+paired with them the same way (`alignment_soft - alignment_soft_product`).
 
 Two runs on the same rows (a prompt change, another compute or model) are compared row by
 row: `--compare A.json B.json` gives, for each value both hold, A's metric minus B's with an
@@ -334,13 +336,27 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
 def readings(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     """Each `WEAKEST` reading against its soft axis on the same rows (FRANK: pairs), by the
     kind's ranking metric, as `"<reading> - <axis>"`: the paired difference that says whether
-    the weakest claim ranks better than the mean, which two intervals side by side cannot."""
+    the weakest claim ranks better than the mean, which two intervals side by side cannot.
+    Likewise each axis a trial design recorded the product's reading of (`<axis>_product`), as
+    `"<axis> - <axis>_product"`."""
     out = {}
     for name, (_, axis) in WEAKEST.items():
         got = paired(kind, rows, name, rows, axis)
         if got is not None:
             out[f"{name} - {axis}"] = got
+    for axis in sorted(
+        {a[: -len(PRODUCT)] for r in rows for a in r["axes"] if a.endswith(PRODUCT)}
+    ):
+        got = paired(kind, rows, axis, rows, axis + PRODUCT)
+        if got is not None:
+            out[f"{axis} - {axis}{PRODUCT}"] = got
     return out
+
+
+PRODUCT = "_product"
+"""The suffix of an axis that a trial design (`designs.evalgpu_fewshot`) records as the
+product's own reading of the same checks in the same run: `readings` pairs the design's axis
+with it, which isolates the trial's change from every other difference between two runs."""
 
 
 def pair_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:

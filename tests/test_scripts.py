@@ -210,6 +210,37 @@ def test_the_weakest_claim_reading_takes_each_rows_lowest_p_and_ranks_pairs_by_i
     )
 
 
+def test_a_trial_designs_axes_are_paired_with_the_products_reading_of_the_same_run():
+    def row(trial: float, product: float, label: int) -> dict:
+        axes = {
+            "alignment": float(trial >= 0.5),
+            "alignment_soft": trial,
+            "alignment_soft_product": product,
+            "coverage_soft": 1.0,
+        }
+        return {
+            "id": None,
+            "label": label,
+            "human_score": float(label),
+            "score": float(trial >= 0.5),
+            "soft_score": trial,
+            "axes": axes,
+            "error_kind": None,
+        }
+
+    # The trial ranks both pairs right, the product one of them.
+    rows = [row(0.9, 0.6, 1), row(0.4, 0.7, 0), row(0.8, 0.8, 1), row(0.3, 0.2, 0)]
+    got = agreement.metrics(rows, "faithfulness", 1.0, pairs=True)
+    diff = got["alignment_soft - alignment_soft_product"]
+    assert (diff["a"], diff["b"], diff["difference"], diff["units"]) == (1.0, 0.5, 0.5, 2)
+    assert "alignment - alignment_product" not in got  # only what the run recorded
+    for r in rows:
+        del r["axes"]["alignment_soft_product"]
+    assert not any(
+        k.endswith("_product") for k in agreement.metrics(rows, "faithfulness", 1.0, pairs=True)
+    )
+
+
 def test_the_weakest_reading_of_attribution_is_paired_with_the_soft_recall_by_roc_auc():
     def row(ps: list[float], label: int) -> dict:
         soft = sum(ps) / len(ps)
