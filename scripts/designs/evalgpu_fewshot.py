@@ -69,16 +69,20 @@ EXAMPLES = (
 give; a statement the source makes in other words. Two of each verdict, not alternating."""
 
 
-def examples_chat() -> list[dict[str, str]]:
+def examples_chat() -> tuple[dict[str, str], ...]:
     """The demonstration turns: each example asked exactly as the product asks a check, then
     answered with the verdict in the reply format of `Supported`."""
+    source = fence("source", EXAMPLE_SOURCE)
     turns = []
     for claim, verdict in EXAMPLES:
-        source = fence("source", EXAMPLE_SOURCE)
         request = check_request(TAG, source, "source", ("claim", claim), ASK_SUPPORTED, Supported)
         turns.append(request.messages[-1])
         turns.append({"role": "assistant", "content": f'{{"supported": {str(verdict).lower()}}}'})
-    return turns
+    return tuple(turns)
+
+
+EXAMPLE_TURNS = examples_chat()
+"""The turns every alignment check is shown, built once (the same for every check)."""
 
 
 def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
@@ -92,7 +96,7 @@ def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
 def shown_examples(request: JudgeRequest) -> JudgeRequest:
     """`request` (an alignment check) with the demonstration turns after its system message."""
     system, *rest = request.messages
-    return dataclasses.replace(request, messages=[system, *examples_chat(), *rest])
+    return dataclasses.replace(request, messages=[system, *EXAMPLE_TURNS, *rest])
 
 
 def with_examples(steps: Steps) -> Generator[list[JudgeRequest], Any, Any]:
