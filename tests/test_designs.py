@@ -41,7 +41,7 @@ VERDICT_STEPS = {
 """Each design's steps whose replies are verdicts (the others list claims or questions)."""
 
 
-def test_the_designs_are_the_product_and_seven_others():
+def test_the_designs_are_the_product_and_eight_others():
     assert list(designs.DESIGNS) == [
         "evalgpu",
         "mastra-1call",
@@ -51,6 +51,7 @@ def test_the_designs_are_the_product_and_seven_others():
         "evalgpu-closed-book",
         "evalgpu-contrast",
         "evalgpu-fewshot",
+        "evalgpu-retrieve",
     ]
     assert designs.DEFAULT == "evalgpu"
     with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
@@ -398,3 +399,62 @@ def test_evalgpu_fewshot_asks_each_alignment_check_again_after_the_worked_exampl
             assert mine.axes[axis] == pytest.approx(product_result.axes[axis])
             assert mine.axes[f"{axis}_product"] == pytest.approx(product_result.axes[axis])
     assert ours[1].axes["alignment"] < 1.0  # the wrong number is caught: the axes differ by row
+
+
+def test_evalgpu_retrieve_shows_each_check_the_source_sentences_that_share_its_words():
+    retrieve = designs.evalgpu_retrieve
+    source = (
+        "The council met on Monday.It voted to close the library for eight months. "
+        '"We had no choice," the mayor said. The roof will cost 1.3 million dollars! '
+        "Books will be lent from the town hall."
+    )
+    # Sentences end before white space or, where the text lost its spaces, a capital letter.
+    assert retrieve.sentences(source) == [
+        "The council met on Monday.",
+        "It voted to close the library for eight months.",
+        '"We had no choice," the mayor said.',
+        "The roof will cost 1.3 million dollars!",
+        "Books will be lent from the town hall.",
+    ]
+    # The claim's rare words pick the sentences; they come back in the source's order.
+    assert retrieve.retrieve(source, "The library roof costs 1.3 million.", k=2) == (
+        "It voted to close the library for eight months. The roof will cost 1.3 million dollars!"
+    )
+    # A word in every sentence weighs nothing; ties go to the earlier sentence.
+    assert retrieve.retrieve("A cat. A dog. A cow.", "a", k=1) == "A cat."
+    assert retrieve.retrieve("Short. Source.", "anything", k=3) == "Short. Source."
+
+
+def test_evalgpu_retrieve_asks_each_alignment_check_again_against_retrieved_sentences():
+    retrieve = designs.evalgpu_retrieve
+    source = f"{SOURCE} Birds sing at dawn. Fish swim. Cows moo."
+    runs = [{"input": source, "output": r["output"]} for r in SUMMARIES]
+    product, trial = engine(), engine()
+    ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(runs)
+    theirs = designs.make("evalgpu-retrieve", "faithfulness", trial, 1.0, 3).run_batch(runs)
+    checks = [r for r in product.requests if r.tag == retrieve.TAG]
+    assert checks
+    # Every product request is asked unchanged, and each alignment check once more with the
+    # retrieved sentences as its source.
+    assert len(trial.requests) == len(product.requests) + len(checks)
+    for check in checks:
+        assert check.messages in [r.messages for r in trial.requests]
+        shown = retrieve.retrieved(check)
+        assert shown.messages in [r.messages for r in trial.requests]
+        assert shown.messages != check.messages
+    # A longer source: the check is asked against the claim's sentences, the claim unchanged.
+    from evalgpu.prompting import fenced
+    from evalgpu.scorers.summarization import alignment_request
+
+    asked = retrieve.retrieved(alignment_request(source, "Birds sing at 3 am."))
+    prompt = asked.messages[-1]["content"]
+    # Two sentences share its words; the third place is a tie at nothing, the earlier wins.
+    assert fenced(prompt, "source") == ["Cats purr. Dogs bark at 3 am. Birds sing at dawn."]
+    assert fenced(prompt, "claim") == ["Birds sing at 3 am."]
+    assert asked.tag == retrieve.TAG
+    # The design's axes are the retrieved checks'; the product's are recorded beside them.
+    for mine, product_result in zip(theirs, ours, strict=True):
+        for axis in ("alignment", "alignment_soft"):
+            assert mine.axes[axis] == pytest.approx(product_result.axes[axis])
+            assert mine.axes[f"{axis}_product"] == pytest.approx(product_result.axes[axis])
+    assert ours[1].axes["alignment"] < 1.0

@@ -23,6 +23,8 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
   (`designs.evalgpu_contrast`).
 - `evalgpu-fewshot`: the product's pipeline, its alignment checks shown four answered checks
   of an invented source first (`designs.evalgpu_fewshot`).
+- `evalgpu-retrieve`: the product's pipeline, each alignment check asked against the source
+  sentences that share the claim's words (`designs.evalgpu_retrieve`).
 
 Scripts import this folder by path (`sys.path` gets scripts/); `designs.scripted:engine` is a
 scripted judge with rules for every design's requests (`--backend designs.scripted:engine`).
@@ -40,6 +42,7 @@ from designs import (
     evalgpu_contrast,
     evalgpu_fewshot,
     evalgpu_list,
+    evalgpu_retrieve,
     mastra_1call,
 )
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
@@ -73,6 +76,7 @@ DESIGNS: dict[str, Factory] = {
     evalgpu_closed_book.NAME: evalgpu_closed_book.design,
     evalgpu_contrast.NAME: evalgpu_contrast.design,
     evalgpu_fewshot.NAME: evalgpu_fewshot.design,
+    evalgpu_retrieve.NAME: evalgpu_retrieve.design,
 }
 DEFAULT = "evalgpu"
 
