@@ -58,7 +58,8 @@ the same rows is what they are for, while `--merge` takes slices of one design o
 A file too slow to score in one process is scored in `--offset` slices side by side (a process
 per core, or per machine), and `--merge RUN...` reports the slices' JSON as one run: every
 metric and interval computed over all their rows. Slices must come from the same file, design,
-engine, compute and scale, and no row may be in two of them.
+engine, compute, scale and question count (`--max-questions`, recorded from 2026-12-04 on),
+and no row may be in two of them.
 
     .venv/bin/python scripts/agreement.py --pairs 30          # benchmarks/data/frank_dev.jsonl
     .venv/bin/python scripts/agreement.py benchmarks/data/attribution_dev.jsonl --limit 40 \
@@ -479,7 +480,7 @@ def paired_values(
     return paired_difference(metric, columns[:2], columns[2:]) | {"units": len(units)}
 
 
-MERGED_ALIKE = ("file", "kind", "design", "engine", "compute", "scale")
+MERGED_ALIKE = ("file", "kind", "design", "engine", "compute", "scale", "max_questions")
 """What runs reported as one must share: the rows differ, the judging may not."""
 
 
@@ -711,6 +712,7 @@ def main(argv: list[str] | None = None) -> int:
             "compute": getattr(engine, "compute", None),
             "batch_size": getattr(engine, "batch_size", None),
             "scale": args.scale,
+            "max_questions": args.max_questions if kind != "attribution" else None,
             "offset": args.offset,
             "seconds": round(seconds, 1),
             "scored": rows,

@@ -444,6 +444,10 @@ def test_merge_refuses_overlapping_or_unlike_runs(tmp_path):
         agreement.merge([runs[0], runs[1]])
     with pytest.raises(ValueError, match="differ in compute"):
         agreement.merge([runs[1], {**runs[2], "compute": "int8"}])
+    # The questions a summary is given change its coverage: runs with other counts are two.
+    assert runs[1]["max_questions"] == 5
+    with pytest.raises(ValueError, match="differ in max_questions"):
+        agreement.merge([runs[1], {**runs[2], "max_questions": 10}])
     with pytest.raises(ValueError, match="needs its rows"):
         agreement.merge([runs[1], {k: v for k, v in runs[2].items() if k != "scored"}])
     with pytest.raises(SystemExit):  # a usage error on the command line, not a traceback
