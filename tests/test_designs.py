@@ -369,20 +369,35 @@ def test_evalgpu_contrast_asks_each_check_again_without_the_evidence(kind):
     )
 
 
+def asked_again(design: str, again, runs: list[dict]) -> list:
+    """Score `runs` with the product and with an alignment trial `design` on two scripted
+    judges; check that the trial asks every product request unchanged and each alignment check
+    once more as `again(check)`, and that its axes and the product's recorded beside them are the
+    product run's (the scripted judge reads only the claim, so the change moves no verdict).
+    Returns the product's alignment checks."""
+    product, trial = engine(), engine()
+    ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(runs)
+    theirs = designs.make(design, "faithfulness", trial, 1.0, 3).run_batch(runs)
+    checks = [r for r in product.requests if r.tag == "summarization.alignment"]
+    assert checks
+    assert len(trial.requests) == len(product.requests) + len(checks)
+    sent = [r.messages for r in trial.requests]
+    for check in checks:
+        assert check.messages in sent and again(check).messages in sent
+    for mine, product_result in zip(theirs, ours, strict=True):
+        for axis in ("alignment", "alignment_soft"):
+            assert mine.axes[axis] == pytest.approx(product_result.axes[axis])
+            assert mine.axes[f"{axis}_product"] == pytest.approx(product_result.axes[axis])
+    assert ours[1].axes["alignment"] < 1.0  # the wrong number is caught: the axes differ by row
+    return checks
+
+
 def test_evalgpu_fewshot_asks_each_alignment_check_again_after_the_worked_examples():
     fewshot = designs.evalgpu_fewshot
-    product, trial = engine(), engine()
-    ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(SUMMARIES)
-    theirs = designs.make("evalgpu-fewshot", "faithfulness", trial, 1.0, 3).run_batch(SUMMARIES)
-    checks = [r for r in product.requests if r.tag == fewshot.TAG]
-    assert checks
-    # Every product request is asked unchanged, and each alignment check once more with the
-    # examples between the system message and the check itself.
-    assert len(trial.requests) == len(product.requests) + len(checks)
+    checks = asked_again("evalgpu-fewshot", fewshot.shown_examples, SUMMARIES)
+    # The examples sit between the system message and the check itself.
     for check in checks:
-        assert check.messages in [r.messages for r in trial.requests]
         shown = fewshot.shown_examples(check).messages
-        assert shown in [r.messages for r in trial.requests]
         assert shown[0] == check.messages[0] and shown[-1] == check.messages[-1]
         demo = shown[1:-1]
         assert [m["role"] for m in demo] == ["user", "assistant"] * len(fewshot.EXAMPLES)
@@ -392,13 +407,6 @@ def test_evalgpu_fewshot_asks_each_alignment_check_again_after_the_worked_exampl
             assert fewshot.EXAMPLE_SOURCE in asked["content"] and claim in asked["content"]
             assert json.loads(answer["content"]) == {"supported": verdict}
     assert {v for _, v in fewshot.EXAMPLES} == {True, False}
-    # The scripted judge reads only the check, so the examples change no verdict here: the
-    # design's axes and the product's recorded beside them are the product run's.
-    for mine, product_result in zip(theirs, ours, strict=True):
-        for axis in ("alignment", "alignment_soft"):
-            assert mine.axes[axis] == pytest.approx(product_result.axes[axis])
-            assert mine.axes[f"{axis}_product"] == pytest.approx(product_result.axes[axis])
-    assert ours[1].axes["alignment"] < 1.0  # the wrong number is caught: the axes differ by row
 
 
 def test_evalgpu_retrieve_shows_each_check_the_source_sentences_that_share_its_words():
@@ -426,35 +434,18 @@ def test_evalgpu_retrieve_shows_each_check_the_source_sentences_that_share_its_w
 
 
 def test_evalgpu_retrieve_asks_each_alignment_check_again_against_retrieved_sentences():
-    retrieve = designs.evalgpu_retrieve
-    source = f"{SOURCE} Birds sing at dawn. Fish swim. Cows moo."
-    runs = [{"input": source, "output": r["output"]} for r in SUMMARIES]
-    product, trial = engine(), engine()
-    ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(runs)
-    theirs = designs.make("evalgpu-retrieve", "faithfulness", trial, 1.0, 3).run_batch(runs)
-    checks = [r for r in product.requests if r.tag == retrieve.TAG]
-    assert checks
-    # Every product request is asked unchanged, and each alignment check once more with the
-    # retrieved sentences as its source.
-    assert len(trial.requests) == len(product.requests) + len(checks)
-    for check in checks:
-        assert check.messages in [r.messages for r in trial.requests]
-        shown = retrieve.retrieved(check)
-        assert shown.messages in [r.messages for r in trial.requests]
-        assert shown.messages != check.messages
-    # A longer source: the check is asked against the claim's sentences, the claim unchanged.
     from evalgpu.prompting import fenced
     from evalgpu.scorers.summarization import alignment_request
 
+    retrieve = designs.evalgpu_retrieve
+    source = f"{SOURCE} Birds sing at dawn. Fish swim. Cows moo."
+    runs = [{"input": source, "output": r["output"]} for r in SUMMARIES]
+    for check in asked_again("evalgpu-retrieve", retrieve.retrieved, runs):
+        assert retrieve.retrieved(check).messages != check.messages
+    # The check is asked against the claim's sentences, the claim unchanged.
     asked = retrieve.retrieved(alignment_request(source, "Birds sing at 3 am."))
     prompt = asked.messages[-1]["content"]
     # Two sentences share its words; the third place is a tie at nothing, the earlier wins.
     assert fenced(prompt, "source") == ["Cats purr. Dogs bark at 3 am. Birds sing at dawn."]
     assert fenced(prompt, "claim") == ["Birds sing at 3 am."]
     assert asked.tag == retrieve.TAG
-    # The design's axes are the retrieved checks'; the product's are recorded beside them.
-    for mine, product_result in zip(theirs, ours, strict=True):
-        for axis in ("alignment", "alignment_soft"):
-            assert mine.axes[axis] == pytest.approx(product_result.axes[axis])
-            assert mine.axes[f"{axis}_product"] == pytest.approx(product_result.axes[axis])
-    assert ours[1].axes["alignment"] < 1.0

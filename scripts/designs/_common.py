@@ -87,6 +87,50 @@ def relayed(steps: Steps, relay: Relay) -> Generator[list[JudgeRequest], Any, An
             return done.value
 
 
+ALIGNMENT = "summarization.alignment"
+"""The tag of the product's alignment checks, the ones the alignment trials ask again."""
+
+
+def alignment_asked_again(
+    steps: Steps, again: Callable[[JudgeRequest], JudgeRequest]
+) -> Generator[list[JudgeRequest], Any, Any]:
+    """The product's `steps`, each alignment check also asked as `again(check)` and that
+    answer used; the product's own verdicts on the same claims kept as `alignment_product` and
+    `alignment_soft_product` (a trial's paired reading: the change alone, on the same claims)."""
+    product: list[Any] = []
+
+    def relay(requests: list[JudgeRequest]) -> tuple[list[JudgeRequest], Any]:
+        checks = [i for i, r in enumerate(requests) if r.tag == ALIGNMENT]
+
+        def back(sent: list[Any]) -> list[Any]:
+            replies, asked = list(sent[: len(requests)]), sent[len(requests) :]
+            for i, reply in zip(checks, asked, strict=True):
+                product.append(replies[i])
+                replies[i] = reply
+            return replies
+
+        return [*requests, *(again(requests[i]) for i in checks)], back
+
+    result = yield from relayed(steps, relay)
+    return with_product(result, product)
+
+
+def with_product(result: ScoreResult, product: list[Any]) -> ScoreResult:
+    """`result` with the product's alignment axes on the same claims."""
+    axes = dict(result.axes or {})
+    if "alignment" not in axes:
+        return result
+    if not product:  # no claim was checked: the product's axes are the design's
+        axes["alignment_product"] = axes["alignment"]
+        if "alignment_soft" in axes:
+            axes["alignment_soft_product"] = axes["alignment_soft"]
+        return result.model_copy(update={"axes": axes})
+    axes["alignment_product"] = share([v.supported for v in product])
+    if all(v.p is not None for v in product):
+        axes["alignment_soft_product"] = sum(v.p for v in product) / len(product)
+    return result.model_copy(update={"axes": axes})
+
+
 def empty_summary(scorer_id: str) -> ScoreResult:
     """A blank summary: score 0 on every axis without a judge call (as the product does)."""
     return ScoreResult(

@@ -35,17 +35,17 @@ import dataclasses
 from collections.abc import Generator
 from typing import Any
 
-from designs._common import relayed, share
+from designs._common import ALIGNMENT, alignment_asked_again
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fence
-from evalgpu.results import ScoreResult, Steps
+from evalgpu.results import Steps
 from evalgpu.scorers._checks import check_request
 from evalgpu.scorers.summarization import ASK_SUPPORTED
 from evalgpu.verdicts import Supported
 
 NAME = "evalgpu-fewshot"
 
-TAG = "summarization.alignment"
+TAG = ALIGNMENT
 
 EXAMPLE_SOURCE = (
     "Harbour City council voted on Tuesday to close the Elm Street library for eight months "
@@ -102,35 +102,4 @@ def shown_examples(request: JudgeRequest) -> JudgeRequest:
 def with_examples(steps: Steps) -> Generator[list[JudgeRequest], Any, Any]:
     """The product's steps, each alignment check answered with the examples shown; the product's
     own verdicts on the same claims kept as `alignment_product` and `alignment_soft_product`."""
-    product: list[Any] = []
-
-    def relay(requests: list[JudgeRequest]) -> tuple[list[JudgeRequest], Any]:
-        checks = [i for i, r in enumerate(requests) if r.tag == TAG]
-
-        def back(sent: list[Any]) -> list[Any]:
-            replies, shown = list(sent[: len(requests)]), sent[len(requests) :]
-            for i, reply in zip(checks, shown, strict=True):
-                product.append(replies[i])
-                replies[i] = reply
-            return replies
-
-        return [*requests, *(shown_examples(requests[i]) for i in checks)], back
-
-    result = yield from relayed(steps, relay)
-    return with_product(result, product)
-
-
-def with_product(result: ScoreResult, product: list[Any]) -> ScoreResult:
-    """`result` with the product's alignment axes on the same claims."""
-    axes = dict(result.axes or {})
-    if "alignment" not in axes:
-        return result
-    if not product:  # no claim was checked: the product's axes are the design's
-        axes["alignment_product"] = axes["alignment"]
-        if "alignment_soft" in axes:
-            axes["alignment_soft_product"] = axes["alignment_soft"]
-        return result.model_copy(update={"axes": axes})
-    axes["alignment_product"] = share([v.supported for v in product])
-    if all(v.p is not None for v in product):
-        axes["alignment_soft_product"] = sum(v.p for v in product) / len(product)
-    return result.model_copy(update={"axes": axes})
+    return (yield from alignment_asked_again(steps, shown_examples))

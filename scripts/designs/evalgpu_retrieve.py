@@ -31,8 +31,7 @@ from collections import Counter
 from collections.abc import Generator
 from typing import Any
 
-from designs._common import relayed
-from designs.evalgpu_fewshot import with_product
+from designs._common import ALIGNMENT, alignment_asked_again
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fenced
 from evalgpu.results import Steps
@@ -40,7 +39,7 @@ from evalgpu.scorers.summarization import alignment_request
 
 NAME = "evalgpu-retrieve"
 
-TAG = "summarization.alignment"
+TAG = ALIGNMENT
 
 K = 3
 """Sentences of the source an alignment check is shown."""
@@ -100,19 +99,4 @@ def with_retrieval(steps: Steps) -> Generator[list[JudgeRequest], Any, Any]:
     """The product's steps, each alignment check answered against retrieved sentences; the
     product's own verdicts on the same claims kept as `alignment_product` and
     `alignment_soft_product`."""
-    product: list[Any] = []
-
-    def relay(requests: list[JudgeRequest]) -> tuple[list[JudgeRequest], Any]:
-        checks = [i for i, r in enumerate(requests) if r.tag == TAG]
-
-        def back(sent: list[Any]) -> list[Any]:
-            replies, asked = list(sent[: len(requests)]), sent[len(requests) :]
-            for i, reply in zip(checks, asked, strict=True):
-                product.append(replies[i])
-                replies[i] = reply
-            return replies
-
-        return [*requests, *(retrieved(requests[i]) for i in checks)], back
-
-    result = yield from relayed(steps, relay)
-    return with_product(result, product)
+    return (yield from alignment_asked_again(steps, retrieved))
