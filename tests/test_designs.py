@@ -378,7 +378,7 @@ def asked_again(design: str, again, runs: list[dict]) -> list:
     product, trial = engine(), engine()
     ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(runs)
     theirs = designs.make(design, "faithfulness", trial, 1.0, 3).run_batch(runs)
-    checks = [r for r in product.requests if r.tag == "summarization.alignment"]
+    checks = [r for r in product.requests if r.tag == designs._common.ALIGNMENT]
     assert checks
     assert len(trial.requests) == len(product.requests) + len(checks)
     sent = [r.messages for r in trial.requests]

@@ -8,6 +8,7 @@ extractors and model-written reasons are the product's; a design does without th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -113,6 +114,14 @@ def alignment_asked_again(
 
     result = yield from relayed(steps, relay)
     return with_product(result, product)
+
+
+def alignment_trial(product: Scorer, again: Callable[[JudgeRequest], JudgeRequest]) -> Scorer:
+    """The `product` scorer with each alignment check also asked as `again(check)`
+    (`alignment_asked_again`): a trial design of one change to that check."""
+    return dataclasses.replace(
+        product, steps_fn=lambda row: alignment_asked_again(product.steps_fn(row), again)
+    )
 
 
 def with_product(result: ScoreResult, product: list[Any]) -> ScoreResult:

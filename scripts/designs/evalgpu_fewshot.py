@@ -32,13 +32,11 @@ every `p` moved toward "yes", and the hard verdicts worse (-0.100): not shipped.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator
 from typing import Any
 
-from designs._common import ALIGNMENT, alignment_asked_again
+from designs._common import ALIGNMENT, alignment_trial
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fence
-from evalgpu.results import Steps
 from evalgpu.scorers._checks import check_request
 from evalgpu.scorers.summarization import ASK_SUPPORTED
 from evalgpu.verdicts import Supported
@@ -90,16 +88,10 @@ def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
     from designs import evalgpu_design  # here: designs imports this module
 
     product = evalgpu_design(kind, engine, scale, max_questions)
-    return dataclasses.replace(product, steps_fn=lambda row: with_examples(product.steps_fn(row)))
+    return alignment_trial(product, shown_examples)
 
 
 def shown_examples(request: JudgeRequest) -> JudgeRequest:
     """`request` (an alignment check) with the demonstration turns after its system message."""
     system, *rest = request.messages
     return dataclasses.replace(request, messages=[system, *EXAMPLE_TURNS, *rest])
-
-
-def with_examples(steps: Steps) -> Generator[list[JudgeRequest], Any, Any]:
-    """The product's steps, each alignment check answered with the examples shown; the product's
-    own verdicts on the same claims kept as `alignment_product` and `alignment_soft_product`."""
-    return (yield from alignment_asked_again(steps, shown_examples))

@@ -24,17 +24,14 @@ Cost: one more check per claim, whose prompt is a few sentences (no shared prefi
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Generator
 from typing import Any
 
-from designs._common import ALIGNMENT, alignment_asked_again
+from designs._common import ALIGNMENT, alignment_trial
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fenced
-from evalgpu.results import Steps
 from evalgpu.scorers.summarization import alignment_request
 
 NAME = "evalgpu-retrieve"
@@ -52,7 +49,9 @@ it), before a capital letter or an opening quote."""
 
 
 def sentences(text: str) -> list[str]:
-    """`text` cut into sentences at `_SENTENCE_END`, each kept with its end."""
+    """`text` cut into sentences at `_SENTENCE_END`, each kept with its end. Unlike
+    `measure.datasets.sentences` (a cut before white space only), it also cuts where the spaces
+    were lost: there a whole BBC article would be one "sentence" and nothing left to retrieve."""
     parts = _SENTENCE_END.split(text.strip())
     cut = ["".join(parts[i : i + 2]).strip() for i in range(0, len(parts), 2)]
     return [s for s in cut if s]
@@ -85,7 +84,7 @@ def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
     from designs import evalgpu_design  # here: designs imports this module
 
     product = evalgpu_design(kind, engine, scale, max_questions)
-    return dataclasses.replace(product, steps_fn=lambda row: with_retrieval(product.steps_fn(row)))
+    return alignment_trial(product, retrieved)
 
 
 def retrieved(request: JudgeRequest) -> JudgeRequest:
@@ -93,10 +92,3 @@ def retrieved(request: JudgeRequest) -> JudgeRequest:
     prompt = request.messages[-1]["content"]
     (source,), (claim,) = fenced(prompt, "source"), fenced(prompt, "claim")
     return alignment_request(retrieve(source, claim), claim)
-
-
-def with_retrieval(steps: Steps) -> Generator[list[JudgeRequest], Any, Any]:
-    """The product's steps, each alignment check answered against retrieved sentences; the
-    product's own verdicts on the same claims kept as `alignment_product` and
-    `alignment_soft_product`."""
-    return (yield from alignment_asked_again(steps, retrieved))
