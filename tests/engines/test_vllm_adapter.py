@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
+from evalgpu.engines._constraint import JSON_OPTIONS
 from evalgpu.engines.vllm import (
+    CPU_KV_CACHE_GIB,
     LOGPROBS,
     REGEX_COMPILATION_TIMEOUT_S,
     VLLMEngine,
@@ -44,7 +46,7 @@ def test_messages_pass_through_in_order():
 
 def test_each_request_carries_its_own_schema():
     requests = [claims_request("Paris is in France."), questions_request(SOURCE, 3)]
-    _, settings = to_vllm(requests)
+    _, settings = to_vllm(requests, backend="xgrammar")
     schemas = [json.loads(s["structured_outputs"]["json"]) for s in settings]
     assert schemas == [
         Claims.model_json_schema(),
@@ -68,6 +70,13 @@ def test_sampling_is_greedy_seeded_and_budgeted():
 
 def test_json_schema_is_built_once_per_class():
     assert json_schema(Claims) is json_schema(Claims)
+
+
+def test_guidance_gets_the_transformers_engines_grammar_options():
+    # The same llguidance grammar in both engines: at most one space where JSON allows it.
+    assert json.loads(json_schema(Claims, "guidance"))["x-guidance"] == JSON_OPTIONS
+    for backend in ("xgrammar", "outlines"):
+        assert json.loads(json_schema(Claims, backend)) == Claims.model_json_schema()
     _, settings = to_vllm([claims_request("A."), claims_request("B.")])
     assert settings[0]["structured_outputs"]["json"] is settings[1]["structured_outputs"]["json"]
 
@@ -255,15 +264,26 @@ class FakeLLM:
         return True
 
     def get_tokenizer(self) -> Any:
-        return SimpleNamespace(encode=lambda text, add_special_tokens: text.split())
+        return SimpleNamespace(
+            encode=lambda text, add_special_tokens: text.split(),
+            apply_chat_template=lambda conversation, **kwargs: " ".join(
+                m["content"] for m in conversation
+            ).split(),
+        )
 
     def chat(self, conversations, sampling_params, **kwargs):
         self.calls.append((conversations, sampling_params, kwargs))
         assert len(conversations) == len(sampling_params)
         if any("TOO LONG" in c[-1]["content"] for c in conversations):
             raise FakeValidationError(
-                "The decoder prompt (length 9000) is longer than the maximum model length of 2048."
+                "This model's maximum context length is 2048 tokens. However, your prompt "
+                "contains 9000 input tokens.",
+                parameter="input_tokens",
+                value=9000,
             )
+        if any("UNNAMED" in c[-1]["content"] for c in conversations):
+            # vLLM's other length check (the engine's input processor) names no parameter.
+            raise FakeValidationError("The decoder prompt (length 5000) is too long.")
         if any("BAD TEMPLATE" in c[-1]["content"] for c in conversations):
             raise ValueError("the chat template rejected the conversation")
         return [
@@ -281,7 +301,12 @@ class FakeClientError(Exception):
 
 
 class FakeValidationError(FakeClientError):
-    pass
+    """vLLM's `VLLMValidationError`: a message, and the parameter and value it rejects."""
+
+    def __init__(self, message: str, *, parameter: str | None = None, value: Any = None):
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = value
 
 
 class FakeStructuredOutputsParams:
@@ -303,6 +328,9 @@ def fake_vllm(monkeypatch):
     sp.StructuredOutputsParams = FakeStructuredOutputsParams  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", sp)
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = SimpleNamespace(is_cpu=lambda: False)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     exceptions = types.ModuleType("vllm.exceptions")
     exceptions.VLLMClientError = FakeClientError  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm.exceptions", exceptions)
@@ -317,13 +345,34 @@ def test_engine_options_reach_llm(fake_vllm):
     llm = engine.llm
     assert llm.model == "/models/judge"
     assert llm.options["enable_prefix_caching"] is True
-    assert llm.options["structured_outputs_config"] == {"backend": "outlines"}
+    assert llm.options["structured_outputs_config"] == {"backend": "guidance"}
+    assert llm.options["hf_overrides"] == {"head_dtype": "float32"}  # p read in float32
+    assert llm.options["enforce_eager"] is False  # a GPU: graphs captured
+    assert "kv_cache_memory_bytes" not in llm.options
     assert llm.options["seed"] == 3
     assert llm.options["max_model_len"] == 2048
     assert llm.options["dtype"] == "float32"
     assert llm.options["swap_space"] == 1
     assert engine.name == "vllm"
     assert os.environ["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == str(REGEX_COMPILATION_TIMEOUT_S)
+
+
+def test_on_vllms_cpu_build_it_runs_eager_with_a_bounded_cache(fake_vllm, monkeypatch):
+    monkeypatch.setattr(sys.modules["vllm.platforms"].current_platform, "is_cpu", lambda: True)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    options = VLLMEngine("m").llm.options
+    assert options["enforce_eager"] is True
+    assert options["kv_cache_memory_bytes"] == CPU_KV_CACHE_GIB << 30
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")  # vLLM reads it: the engine adds nothing
+    assert "kv_cache_memory_bytes" not in VLLMEngine("m").llm.options
+    assert VLLMEngine("m", enforce_eager=False).llm.options["enforce_eager"] is False
+
+
+def test_a_users_hf_overrides_keep_the_float32_head(fake_vllm):
+    options = VLLMEngine("m", hf_overrides={"rope_theta": 1.0}).llm.options
+    assert options["hf_overrides"] == {"head_dtype": "float32", "rope_theta": 1.0}
+    options = VLLMEngine("m", hf_overrides={"head_dtype": "model"}).llm.options
+    assert options["hf_overrides"] == {"head_dtype": "model"}  # the user's choice wins
 
 
 def test_it_offers_the_context_length_check(fake_vllm):
@@ -356,7 +405,7 @@ def test_one_chat_call_per_wave_with_one_params_per_request(fake_vllm):
     assert [p.kwargs["max_tokens"] for p in params] == [r.max_tokens for r in requests]
     assert [p.kwargs["temperature"] for p in params] == [0.0] * 3
     assert [p.kwargs["structured_outputs"].kwargs["json"] for p in params] == [
-        json_schema(r.schema) for r in requests
+        json_schema(r.schema, "xgrammar") for r in requests
     ]
     assert kwargs == {"use_tqdm": False, "chat_template_kwargs": {"x": 1}}
     assert [r.error is None for r in replies] == [
@@ -378,8 +427,8 @@ def test_a_rejected_request_fails_alone(fake_vllm):
     replies = engine.generate(requests)
     assert [r.error is None for r in replies] == [True, True, False, True, True]
     assert replies[2].error == (
-        "vLLM rejected the request: The decoder prompt (length 9000) is longer than the maximum "
-        "model length of 2048."
+        "vLLM rejected the request: This model's maximum context length is 2048 tokens. "
+        "However, your prompt contains 9000 input tokens."
     )
     assert replies[2].finish_reason == "error"
     assert replies[2].error_kind == "too_long"
@@ -397,22 +446,34 @@ def test_a_value_error_also_counts_as_a_rejection(fake_vllm):
     assert replies[1].error is None
 
 
+def test_a_length_rejection_without_a_parameter_is_counted_by_the_engine(fake_vllm):
+    engine = VLLMEngine("m", max_model_len=2048)
+    replies = engine.generate(
+        [claims_request("UNNAMED " + "word " * 5000), claims_request("UNNAMED one.")]
+    )
+    # Both rejected with the same words; only the prompt past the context is too long.
+    assert [r.error_kind for r in replies] == ["too_long", "engine"]
+
+
+class ValidationError(Exception):
+    def __init__(self, message: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
 @pytest.mark.parametrize(
-    ("message", "kind"),
+    ("exc", "kind"),
     [
-        (
-            "The decoder prompt (length 9000) is longer than the maximum model length of 2048.",
-            "too_long",
-        ),
-        (
-            "This model's maximum context length is 2048 tokens. However, you requested 2100",
-            "too_long",
-        ),
-        ("the chat template rejected the conversation", "engine"),
+        (ValidationError("maximum context length", parameter="input_tokens"), "too_long"),
+        (ValidationError("upper bound for input tokens", parameter="input_text"), "too_long"),
+        # The words say "too long", the fields do not: the fields decide.
+        (ValidationError("maximum context length is 2048 tokens"), "engine"),
+        (ValidationError("bad schema", parameter="structured_outputs"), "engine"),
+        (ValueError("the chat template rejected the conversation"), "engine"),
     ],
 )
-def test_a_rejection_is_too_long_only_for_the_context(message, kind):
-    assert rejection_kind(message) == kind
+def test_a_rejection_is_too_long_only_when_its_fields_say_so(exc, kind):
+    assert rejection_kind(exc) == kind
 
 
 def test_other_engine_failures_raise(fake_vllm, monkeypatch):
@@ -441,7 +502,7 @@ def test_no_requests_no_call(fake_vllm):
     [
         (
             {"structured_outputs_backend": "regex"},
-            r"^structured_outputs_backend must be one of outlines, xgrammar, guidance, "
+            r"^structured_outputs_backend must be one of guidance, xgrammar, outlines, "
             r"got 'regex'$",
         ),
         ({"tensor_parallel_size": 0}, r"^tensor_parallel_size must be >= 1, got 0$"),

@@ -54,12 +54,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from evalgpu.engines._constraint import JSON_OPTIONS
 from evalgpu.engines._parse import literal_class, literal_starts, reply_from_text, soft_probability
 from evalgpu.engines.base import ErrorKind, JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
@@ -68,9 +70,14 @@ if TYPE_CHECKING:
     from vllm import LLM, RequestOutput, SamplingParams  # type: ignore[import-not-found, unused-ignore]
 
 __all__ = [
+    "CPU_KV_CACHE_GIB",
+    "DEFAULT_BACKEND",
+    "HEAD_DTYPE",
     "LOGPROBS",
     "REGEX_COMPILATION_TIMEOUT_S",
     "STRUCTURED_OUTPUTS_BACKENDS",
+    "TOO_LONG_PARAMETERS",
+    "Rejection",
     "VLLMEngine",
     "json_schema",
     "rejection_kind",
@@ -79,8 +86,22 @@ __all__ = [
     "true_probs",
 ]
 
-STRUCTURED_OUTPUTS_BACKENDS = ("outlines", "xgrammar", "guidance")
-"""vLLM structured-output backends the engine accepts; outlines is the default."""
+STRUCTURED_OUTPUTS_BACKENDS = ("guidance", "xgrammar", "outlines")
+"""vLLM structured-output backends the engine accepts, the default first (docs/VLLM.md has the
+measurements that chose it)."""
+
+DEFAULT_BACKEND = STRUCTURED_OUTPUTS_BACKENDS[0]
+
+CPU_KV_CACHE_GIB = 4
+"""KV cache of vLLM's CPU build, in GiB, unless `VLLM_CPU_KVCACHE_SPACE` or
+`kv_cache_memory_bytes=` says otherwise: 16 rows of the default judge at its 8,192 tokens
+(28 KB a token in bfloat16) need 3.7 GB."""
+
+HEAD_DTYPE = "float32"
+"""The dtype of the model's output layer (`hf_overrides={"head_dtype": ...}`). A verdict's p is
+a softmax over two logits, and bfloat16 logits keep 8 bits of mantissa: near a logit of 20 they
+move in steps of 0.125, so close verdicts come out tied at p = 0.5 exactly. The rest of the model
+keeps its dtype."""
 
 REGEX_COMPILATION_TIMEOUT_S = 600
 """Seconds vLLM may spend compiling one schema (measurements in the module docstring)."""
@@ -104,17 +125,25 @@ _OWN_OPTIONS = {
 
 
 @cache
-def json_schema(schema: type[BaseModel]) -> str:
-    """The JSON schema of `schema`, serialised once per class.
+def json_schema(schema: type[BaseModel], backend: str = DEFAULT_BACKEND) -> str:
+    """The JSON schema of `schema` as `backend` gets it, serialised once per class.
+
+    For "guidance" the schema carries llguidance's compile options (`x-guidance`, which
+    llguidance reads before vLLM's defaults): at most one space where JSON allows whitespace,
+    the options of the transformers engine (`evalgpu.engines._constraint.JSON_OPTIONS`), so both
+    engines constrain a reply with the same grammar. The other backends get the plain schema.
 
     A string, not a dict: thousands of requests share it, and a string cannot be changed by
     whoever reads it. vLLM accepts either.
     """
-    return json.dumps(schema.model_json_schema(), ensure_ascii=False, sort_keys=True)
+    document = schema.model_json_schema()
+    if backend == "guidance":
+        document["x-guidance"] = dict(JSON_OPTIONS)
+    return json.dumps(document, ensure_ascii=False, sort_keys=True)
 
 
 def to_vllm(
-    requests: Sequence[JudgeRequest], *, seed: int = 0
+    requests: Sequence[JudgeRequest], *, seed: int = 0, backend: str = DEFAULT_BACKEND
 ) -> tuple[list[list[dict[str, str]]], list[dict[str, Any]]]:
     """Conversations and `SamplingParams` keyword arguments, one of each per request.
 
@@ -126,6 +155,7 @@ def to_vllm(
     Args:
         requests: the wave, in order.
         seed: the sampling seed of every request.
+        backend: the engine's structured-output backend (see `json_schema`).
 
     Returns:
         `(conversations, settings)`, both in the order of `requests`.
@@ -147,7 +177,7 @@ def to_vllm(
             "max_tokens": request.max_tokens,
             "temperature": 0.0,
             "seed": seed,
-            "structured_outputs": {"json": json_schema(request.schema)},
+            "structured_outputs": {"json": json_schema(request.schema, backend)},
         }
         if has_soft_verdicts(request.schema):
             options["logprobs"] = LOGPROBS
@@ -186,7 +216,7 @@ class VLLMEngine:
 
     Args:
         model_path: a model folder (safetensors and tokenizer) or a name vLLM can load.
-        structured_outputs_backend: "outlines" (default), "xgrammar" or "guidance".
+        structured_outputs_backend: "guidance" (default), "xgrammar" or "outlines".
         tensor_parallel_size: GPUs to shard the model over.
         gpu_memory_utilization: share of each GPU's memory vLLM may take (weights and KV
             cache), in (0, 1].
@@ -196,7 +226,8 @@ class VLLMEngine:
         chat_template_kwargs: passed to the chat template (for example
             `{"enable_thinking": False}` for models that think by default).
         seed: the engine's and every request's sampling seed.
-        enforce_eager: skip graph capture and compilation (faster start, slower decode).
+        enforce_eager: skip graph capture and compilation (faster start, slower decode). None:
+            True on vLLM's CPU build (its compile takes minutes), False on a GPU.
         **llm_kwargs: any other `vllm.LLM` option, passed as given.
 
     Raises:
@@ -210,7 +241,7 @@ class VLLMEngine:
         self,
         model_path: str | os.PathLike[str],
         *,
-        structured_outputs_backend: str = "outlines",
+        structured_outputs_backend: str = DEFAULT_BACKEND,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
@@ -218,7 +249,7 @@ class VLLMEngine:
         quantization: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
-        enforce_eager: bool = False,
+        enforce_eager: bool | None = None,
         **llm_kwargs: Any,
     ) -> None:
         if structured_outputs_backend not in STRUCTURED_OUTPUTS_BACKENDS:
@@ -254,6 +285,13 @@ class VLLMEngine:
         else:
             self._rejections = (ValueError, VLLMClientError)
 
+        cpu = _cpu_build()
+        if enforce_eager is None:
+            enforce_eager = cpu
+        if cpu and "kv_cache_memory_bytes" not in llm_kwargs:
+            # vLLM's CPU build otherwise sizes its cache from gpu_memory_utilization: 90 % of RAM.
+            if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+                llm_kwargs["kv_cache_memory_bytes"] = CPU_KV_CACHE_GIB << 30
         self.model_path = os.fspath(model_path)
         self.structured_outputs_backend = structured_outputs_backend
         self.seed = seed
@@ -270,6 +308,7 @@ class VLLMEngine:
             "structured_outputs_config": {"backend": structured_outputs_backend},
         }
         options.update(llm_kwargs)
+        options["hf_overrides"] = {"head_dtype": HEAD_DTYPE, **(options.get("hf_overrides") or {})}
         self.llm: LLM = LLM(self.model_path, **options)
         self.max_model_len: int = int(self.llm.llm_engine.model_config.max_model_len)
         """Prompt plus reply tokens the engine holds (the runner checks sources against it)."""
@@ -287,12 +326,14 @@ class VLLMEngine:
         split in halves until the rejected requests stand alone, so the others are still
         generated together. Any other failure of vLLM raises.
         """
-        conversations, settings = to_vllm(requests, seed=self.seed)
+        conversations, settings = to_vllm(
+            requests, seed=self.seed, backend=self.structured_outputs_backend
+        )
         outputs = self._chat(conversations, settings)
         return [
             reply_from_output(request, output)
-            if not isinstance(output, str)
-            else JudgeReply(None, "", 0, 0, 0, "error", output, rejection_kind(output))
+            if not isinstance(output, Rejection)
+            else JudgeReply(None, "", 0, 0, 0, "error", output.message, output.kind)
             for request, output in zip(requests, outputs, strict=True)
         ]
 
@@ -312,12 +353,12 @@ class VLLMEngine:
 
     def _chat(
         self, conversations: list[list[dict[str, str]]], settings: list[dict[str, Any]]
-    ) -> list[RequestOutput | str]:
-        """`LLM.chat()` on the batch; a rejected request's slot holds why, as a str."""
+    ) -> list[RequestOutput | Rejection]:
+        """`LLM.chat()` on the batch; a rejected request's slot holds its `Rejection`."""
         if not conversations:
             return []
         try:
-            outputs: list[RequestOutput | str] = list(
+            outputs: list[RequestOutput | Rejection] = list(
                 self.llm.chat(
                     conversations,
                     sampling_params=[sampling_params(s) for s in settings],
@@ -330,7 +371,10 @@ class VLLMEngine:
             # not a ValueError since 0.32) and aborts the ones added before, so nothing was
             # generated yet: retry the halves to isolate the rejected requests.
             if len(conversations) == 1:
-                return [f"vLLM rejected the request: {exc}"]
+                kind = rejection_kind(exc)
+                if kind == "engine" and self._prompt_tokens(conversations[0]) >= self.max_model_len:
+                    kind = "too_long"  # a length check that names no parameter: counted here
+                return [Rejection(f"vLLM rejected the request: {exc}", kind)]
             half = len(conversations) // 2
             return self._chat(conversations[:half], settings[:half]) + self._chat(
                 conversations[half:], settings[half:]
@@ -341,17 +385,49 @@ class VLLMEngine:
             )
         return outputs
 
+    def _prompt_tokens(self, conversation: list[dict[str, str]]) -> int:
+        """Tokens of a conversation's prompt under the chat template (0 if none can be built)."""
+        try:
+            ids = self._tokenizer.apply_chat_template(
+                conversation,
+                add_generation_prompt=True,
+                tokenize=True,
+                **(self.chat_template_kwargs or {}),
+            )
+        except Exception:  # the template rejects the conversation: not a question of length
+            return 0
+        return len(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
-# How vLLM words a prompt (with its reply budget) that does not fit the model's context: the
-# offline check ("The decoder prompt (length N) is longer than the maximum model length of M")
-# and the request check ("This model's maximum context length is M tokens ..."). vLLM raises
-# the same exception class for every rejection, so its words are all there is to go on.
-_TOO_LONG_WORDINGS = ("longer than the maximum model length", "maximum context length")
+
+@dataclass(frozen=True)
+class Rejection:
+    """A request vLLM refused before generating anything: why, and the kind of error."""
+
+    message: str
+    kind: ErrorKind
 
 
-def rejection_kind(message: str) -> ErrorKind:
-    """The error kind of a request vLLM rejected: "too_long" for its context, else "engine"."""
-    return "too_long" if any(w in message for w in _TOO_LONG_WORDINGS) else "engine"
+TOO_LONG_PARAMETERS = frozenset({"input_tokens", "input_text"})
+"""The `parameter` of vLLM's `VLLMValidationError` for a prompt longer than the model's
+context: its renderer counts the prompt's tokens, or first bounds its characters."""
+
+
+def rejection_kind(exc: BaseException) -> ErrorKind:
+    """The error kind of a request vLLM rejected, from the exception's type and fields.
+
+    "too_long" for a validation error whose `parameter` names the prompt's length; "engine"
+    for anything else (a schema the backend cannot take, a template error). The words of
+    vLLM's message are never read: they change between releases. A length check that names
+    no parameter is recognised by the engine, which counts the prompt itself.
+    """
+    return "too_long" if getattr(exc, "parameter", None) in TOO_LONG_PARAMETERS else "engine"
+
+
+def _cpu_build() -> bool:
+    """Whether the vLLM installed is its CPU build (vllm-cpu, or a source build for CPUs)."""
+    from vllm.platforms import current_platform  # type: ignore[import-not-found, unused-ignore]
+
+    return bool(current_platform.is_cpu())
 
 
 def sampling_params(settings: dict[str, Any]) -> SamplingParams:
