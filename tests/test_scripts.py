@@ -509,3 +509,20 @@ def test_engine_agreement_reads_context_recall_records():
     assert found["same_lists"] == {"claims": 1}
     assert (found["checks_shared"], found["same_verdicts"]) == (1, 0)
     assert found["median_abs_dp"] == pytest.approx(0.6)
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_passes(tmp_path):
+    import subprocess
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "gpu-check"), str(tmp_path / "no-model")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"gpu-check: no CUDA GPU visible to {sys.executable} (torch sees none): nothing to check"
+    ]
