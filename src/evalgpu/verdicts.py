@@ -157,7 +157,7 @@ def questions_schema(max_questions: int, pattern: str | None = None) -> type[Que
     per (bound, pattern), built once.
 
     A pattern carries its own length bound and no `minLength`/`maxLength` beside it:
-    outlines-core (vLLM's default structured-output backend) drops a pattern that has length
+    outlines-core (vLLM's outlines structured-output backend) drops a pattern that has length
     bounds beside it, and pastes a pattern into the JSON string's regex as it is, so a pattern
     must not admit a quote, a backslash or a newline either (the closed forms do not).
     """
