@@ -2,7 +2,8 @@
 
 Both engines score `examples/` with the default judge in one process (scripts/compare_engines.py):
 the target is the same claims and questions, the same hard verdict on at least 95 % of the
-checks they share, and a check's p within a median of 0.02, for each scorer. The two engines share what decides a reply: the chat template, the grammar (llguidance,
+checks they share, and a check's p within a median of 0.02, for each scorer. The two engines
+share what decides a reply: the chat template, the grammar (llguidance,
 with the same options: `json_schema` gives vLLM's guidance backend the transformers engine's
 `JSON_OPTIONS`) and a float32 output layer; what differs is the arithmetic of each engine's
 bfloat16 (or float32) kernels.
