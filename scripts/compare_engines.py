@@ -1,9 +1,9 @@
 """The same rows through two engines: do they list the same claims and questions, and reach the
 same verdicts with the same p?
 
-Scores `examples/summarization.jsonl` and `examples/context_recall.jsonl` (or `--data`) with the
-same judge through each engine in turn, in one process (vLLM first, then the transformers
-engine), and compares the records row by row:
+Scores `examples/summarization.jsonl` and `examples/context_recall.jsonl` with the same judge
+through each engine in turn, in one process (vLLM first, then the transformers engine), and
+compares the records row by row:
 
 - claims (summarization: the alignment claims; context recall: the ground truth's claims) and
   questions, as lists: identical or not;
@@ -11,7 +11,7 @@ engine), and compares the records row by row:
 - p tied at exactly 0.5 in each engine (a tie in the logits).
 
 It prints one line per scorer and writes everything as JSON (`--json`). `engine_agreement`
-is what tests/engines/test_vllm.py asserts on (the same rows, the same verdicts).
+is what tests/engines/test_engines_agree.py asserts on (the same rows, the same verdicts).
 
     .venv-vllm/bin/python scripts/compare_engines.py --json out/compare.json
     .venv-vllm/bin/python scripts/compare_engines.py --vllm-option dtype=float32

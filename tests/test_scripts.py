@@ -1,25 +1,18 @@
 """The benchmark and agreement scripts on the scripted engine (statistics: test_measure.py)."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from samples import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-agreement = load("agreement")
-bench = load("bench")
+agreement = load_script("agreement")
+bench = load_script("bench")
 
 
 def test_agreement_dry_run_writes_json(tmp_path, monkeypatch):
@@ -454,7 +447,7 @@ def test_merge_refuses_overlapping_or_unlike_runs(tmp_path):
         agreement.main(["--merge", str(whole), str(a)])
 
 
-compare_engines = load("compare_engines")
+compare_engines = load_script("compare_engines")
 
 
 def summarization_record(row, claims, questions, error=None):

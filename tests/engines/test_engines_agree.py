@@ -14,12 +14,12 @@ model converted (`python -m evalgpu models pull`). About 13 minutes on a 2-core 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from samples import load_script
 
 pytest.importorskip("vllm")
 
@@ -27,15 +27,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "qwen2.5-coder-1.5b-instruct"
-
-
-def load_script(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,11 @@ Built like outlines' `vllm_offline.py`, in three parts:
 
 How it maps to vLLM:
 
-- Structured outputs use the **outlines** backend by default. vLLM 0.32 takes the backend at
-  engine level only (`structured_outputs_config={"backend": ...}`); each request carries its
-  own JSON schema (`StructuredOutputsParams(json=...)`). The JSON schema of each schema class
-  is built once and shared by every request that uses it.
+- Structured outputs use the **guidance** backend (llguidance) by default: it compiles a schema
+  in milliseconds, and given the transformers engine's JSON options (`json_schema`) it is the
+  same grammar as that engine's. vLLM takes the backend at engine level only
+  (`structured_outputs_config={"backend": ...}`); each request carries its own JSON schema
+  (`StructuredOutputsParams(json=...)`), built once per schema class and shared.
 - Prefix caching is on: every judge prompt starts with the same system message, and a row's
   alignment and questions calls share the source, so most prompt tokens of a wave are
   served from the cache (`JudgeReply.cached_tokens`).
@@ -29,22 +30,16 @@ How it maps to vLLM:
   constraint allows only the two literals (and punctuation), the returned entries are the
   allowed tokens. `true_probs` finds the token where each `true`/`false` literal starts and
   renormalises the mass of the entries that start each literal (`_parse.literal_class`).
+  The output layer computes in float32 (`HEAD_DTYPE`), so close verdicts are not tied.
+- A request vLLM refuses while adding it fails alone, its kind read from the exception's
+  fields (`rejection_kind`), never from its words.
 
-Regex compilation timeout. The outlines backend turns a JSON schema into a regex and compiles
-it into a token index, once per schema and engine process. vLLM aborts a compilation after
-`VLLM_REGEX_COMPILATION_TIMEOUT_S` seconds (default 5), a guard against hostile patterns sent
-by API clients. Our schemas are bounded on purpose (`maxItems`, `maxLength`; see
-`evalgpu.verdicts`), and bounded schemas make large automata. Measured with outlines-core
-0.2.14 and the default model's 49k-token vocabulary, one compilation on one core of a shared
-2-core machine (two runs): `Questions3` 3-4 s, `Reason` 4-5 s, `Questions10` 12-19 s, `Claims`
-16-20 s, `Alignment` 33-59 s, `Coverage10` 34-55 s, `Attribution3` 43-64 s, `Attribution10`
-56-79 s, `Attribution20` 59 s. Every one but the two smallest fails at the default 5 s. The
-time grows with the vocabulary (a 150k-token model takes about three times as long) and with
-CPU contention (vLLM compiles in a thread pool beside the model). So the engine sets the
-timeout to `REGEX_COMPILATION_TIMEOUT_S` (600 s, about 7 times the slowest measurement)
-unless the environment already sets it; the schemas come from this package, not from users.
-A schema that still times out fails its requests (finish reason "error"), not the batch.
-`VLLM_V1_USE_OUTLINES_CACHE=1` keeps compiled indexes on disk across runs.
+Regex compilation timeout. When outlines is chosen, vLLM compiles each schema into a token
+index and aborts after `VLLM_REGEX_COMPILATION_TIMEOUT_S` seconds (default 5), a guard against
+hostile patterns from API clients. Our bounded schemas make large automata that take longer
+(docs/VLLM.md has the times), and they come from this package, not from users, so the engine
+sets the timeout to `REGEX_COMPILATION_TIMEOUT_S` unless the environment sets it. A schema that
+still times out fails its requests (finish reason "error"), not the batch.
 
 Import `evalgpu.engines.vllm` works without vLLM: vLLM is imported when an engine is built.
 """
@@ -104,7 +99,8 @@ move in steps of 0.125, so close verdicts come out tied at p = 0.5 exactly. The 
 keeps its dtype."""
 
 REGEX_COMPILATION_TIMEOUT_S = 600
-"""Seconds vLLM may spend compiling one schema (measurements in the module docstring)."""
+"""Seconds vLLM may spend compiling one schema with outlines: about 7 times the slowest one
+measured (docs/VLLM.md)."""
 
 LOGPROBS = 20
 """Top log-probabilities per generated token, for requests with boolean verdicts: vLLM's
