@@ -23,6 +23,7 @@ from evalgpu.engines.vllm import (
     CPU_KV_CACHE_GIB,
     LOGPROBS,
     REGEX_COMPILATION_TIMEOUT_S,
+    STRUCTURED_OUTPUTS_BACKENDS,
     VLLMEngine,
     json_schema,
     rejection_kind,
@@ -79,6 +80,14 @@ def test_guidance_gets_the_transformers_engines_grammar_options():
         assert json.loads(json_schema(Claims, backend)) == Claims.model_json_schema()
     _, settings = to_vllm([claims_request("A."), claims_request("B.")])
     assert settings[0]["structured_outputs"]["json"] is settings[1]["structured_outputs"]["json"]
+
+
+@pytest.mark.parametrize("backend", STRUCTURED_OUTPUTS_BACKENDS)
+def test_every_backend_gets_the_verdict_first(backend):
+    # A grammar engine writes properties in the schema's order: the verdict must come first so
+    # that its p is read before the judge cites a passage (sorted keys put `passages` first).
+    schema = json.loads(json_schema(attribution_schema(3), backend))
+    assert list(schema["properties"]) == ["supported", "passages"]
 
 
 def test_empty_wave():

@@ -35,13 +35,25 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
 
-__all__ = ["JSON_OPTIONS", "Constraint", "Grammars"]
+__all__ = ["JSON_OPTIONS", "Constraint", "Grammars", "schema_text"]
 
 JSON_OPTIONS: JsonCompileOptions = {
     "whitespace_flexible": False,
     "whitespace_pattern": "[ ]?",
 }
 """llguidance's JSON-schema compiler options: at most one space where JSON allows whitespace."""
+
+
+def schema_text(schema: type[BaseModel]) -> str:
+    """The JSON schema of `schema` as every grammar engine gets it: its properties in field order.
+
+    The order is part of the prompt: a grammar engine writes the properties in the order the
+    schema lists them, and each verdict's boolean comes first so that the judge decides before
+    it writes anything else (`evalgpu.verdicts`). Sorted keys would put `passages` before
+    `supported` in an attribution check, and its p would be read after the judge had cited a
+    passage (through vLLM, "He won the Nobel Prize", in no passage, went from p 0.18 to 0.50).
+    """
+    return json.dumps(schema.model_json_schema(), ensure_ascii=False)
 
 
 class Constraint:
@@ -113,9 +125,7 @@ class Grammars:
         if schema not in self._grammars:
             from llguidance import LLMatcher
 
-            grammar = LLMatcher.grammar_from_json_schema(
-                json.dumps(schema.model_json_schema()), defaults=JSON_OPTIONS
-            )
+            grammar = LLMatcher.grammar_from_json_schema(schema_text(schema), defaults=JSON_OPTIONS)
             is_error, messages = LLMatcher.validate_grammar_with_warnings(grammar, self._tokenizer)
             if is_error:
                 raise ValueError(f"schema {schema.__name__}: {messages[0]}")

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from evalgpu.engines._constraint import JSON_OPTIONS
+from evalgpu.engines._constraint import JSON_OPTIONS, schema_text
 from evalgpu.engines._parse import literal_class, literal_starts, reply_from_text, soft_probability
 from evalgpu.engines.base import ErrorKind, JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
@@ -124,18 +124,21 @@ _OWN_OPTIONS = {
 def json_schema(schema: type[BaseModel], backend: str = DEFAULT_BACKEND) -> str:
     """The JSON schema of `schema` as `backend` gets it, serialised once per class.
 
-    For "guidance" the schema carries llguidance's compile options (`x-guidance`, which
-    llguidance reads before vLLM's defaults): at most one space where JSON allows whitespace,
-    the options of the transformers engine (`evalgpu.engines._constraint.JSON_OPTIONS`), so both
-    engines constrain a reply with the same grammar. The other backends get the plain schema.
+    The properties keep their field order (`evalgpu.engines._constraint.schema_text`: the
+    verdict first). For "guidance" the schema carries llguidance's compile options
+    (`x-guidance`, which llguidance reads before vLLM's defaults): at most one space where JSON
+    allows whitespace, the options of the transformers engine
+    (`evalgpu.engines._constraint.JSON_OPTIONS`), so both engines constrain a reply with the
+    same grammar. The other backends get the plain schema.
 
     A string, not a dict: thousands of requests share it, and a string cannot be changed by
     whoever reads it. vLLM accepts either.
     """
-    document = schema.model_json_schema()
-    if backend == "guidance":
-        document["x-guidance"] = dict(JSON_OPTIONS)
-    return json.dumps(document, ensure_ascii=False, sort_keys=True)
+    if backend != "guidance":
+        return schema_text(schema)
+    document = json.loads(schema_text(schema))
+    document["x-guidance"] = dict(JSON_OPTIONS)
+    return json.dumps(document, ensure_ascii=False)
 
 
 def to_vllm(
