@@ -226,16 +226,16 @@ def main() -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        from evalgpu.engines._compute import DEFAULT_THREADS
+        from evalgpu.engines._compute import cpu_threads
 
-        threads = args.threads[0] if args.threads else DEFAULT_THREADS
+        threads = args.threads[0] if args.threads else cpu_threads()
         print(json.dumps(child(args.model, args.child, threads, args.attn)))
         return 0
-    from evalgpu.engines._compute import DEFAULT_THREADS
+    from evalgpu.engines._compute import cpu_threads
 
     results = []
     for compute in args.computes.split(","):
-        for threads in args.threads or [DEFAULT_THREADS]:
+        for threads in args.threads or [cpu_threads()]:
             for busy in [False, True] if args.busy else [False]:
                 print(f"{compute}, {threads} thread(s), busy={busy} ...", file=sys.stderr)
                 results.append(run_child(args.model, compute, threads, busy, args.attn))

@@ -86,7 +86,7 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
         ([*RUN, "--batch-size", "0"], "batch_size must be >= 1, got 0"),
         (
             [*RUN, "--threads", "2", *SCRIPTED],
-            "threads is an option of the transformers engine, not of backend 'scripted'",
+            "threads is an option of the transformers and vllm engines, not of backend 'scripted'",
         ),
         (
             [*RUN, "--compute", "int8", "--batch-size", "4", *SCRIPTED],
@@ -95,8 +95,8 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
         ),
         (
             [*RUN, "--compute", "int8", "--threads", "1", "--batch-size", "4", *SCRIPTED],
-            "compute, threads and batch_size are options of the transformers engine, not of "
-            "backend 'scripted'",
+            "compute and batch_size are options of the transformers engine, threads is an "
+            "option of the transformers and vllm engines, not of backend 'scripted'",
         ),
         (["report", "{out}"], "is not an evalgpu output folder (no config.json)"),
         (["models", "fly"], "argument list|pull: invalid choice: 'fly'"),

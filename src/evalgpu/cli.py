@@ -151,8 +151,10 @@ def _parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         metavar="N",
-        help="the transformers engine's torch threads on a CPU (default: 1, measured: "
-        "more threads collapse beside a busy process)",
+        help="the judge's CPU threads, for the transformers engine and vLLM's CPU build "
+        "(default: every core this process may use). On a machine whose other processes keep "
+        "cores busy, give the cores left free: threads wait for each other at every step, and "
+        "2 threads beside one busy process ran several times slower than 1 (docs/BENCHMARKS.md)",
     )
     run.add_argument(
         "--batch-size",

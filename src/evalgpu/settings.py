@@ -15,7 +15,7 @@ from typing import Any
 
 from evalgpu._factory import call_factory
 from evalgpu._options import check_count, check_scale
-from evalgpu.engines import COMPUTES, TRANSFORMERS_OPTIONS
+from evalgpu.engines import COMPUTES, ENGINE_OPTIONS
 from evalgpu.engines.base import Engine
 from evalgpu.evaluation import check_run
 from evalgpu.scorers import Scorer, create_summarization_scorer
@@ -36,9 +36,10 @@ class RunSettings:
     `scorers` are "summarization", "context-recall", or "package.module:factory" for a scorer
     of your own, built as `factory(engine)` (its options are its own); `verdicts` None is the
     judge's measured default (`evalgpu.models.verdicts_for`). `compute`, `threads` and
-    `batch_size` are options of the transformers engine, not of the scores: they are not part
-    of a folder's configuration (the backend is, as "auto" resolves it), and given with backend
-    "auto", any of them loads the transformers engine (`evalgpu.engines.TRANSFORMERS_OPTIONS`).
+    `batch_size` are options of the engines (`evalgpu.engines.ENGINE_OPTIONS` says which takes
+    which), not of the scores: they are not part of a folder's configuration (the backend is,
+    as "auto" resolves it), and given with backend "auto", `compute` or `batch_size` loads the
+    transformers engine (`evalgpu.engines.TRANSFORMERS_OPTIONS`).
     """
 
     data: tuple[Path, ...]
@@ -80,17 +81,17 @@ class RunSettings:
         for name in ("threads", "batch_size"):
             if getattr(self, name) is not None:
                 check_count(name, getattr(self, name))
-        given = list(self.engine_options())
-        if given and self.backend not in ("auto", "transformers"):
-            named = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
-            are = "is an option" if len(given) == 1 else "are options"
-            raise ValueError(
-                f"{named} {are} of the transformers engine, not of backend {self.backend!r}"
-            )
+        refused = [
+            name
+            for name in self.engine_options()
+            if self.backend != "auto" and self.backend not in ENGINE_OPTIONS[name]
+        ]
+        if refused:
+            raise ValueError(f"{_options_of(refused)}, not of backend {self.backend!r}")
 
     def engine_options(self) -> dict[str, Any]:
         """The options given for the engine (`load_engine`'s keyword arguments)."""
-        options = {name: getattr(self, name) for name in TRANSFORMERS_OPTIONS}
+        options = {name: getattr(self, name) for name in ENGINE_OPTIONS}
         return {name: value for name, value in options.items() if value is not None}
 
     def load_engine(self) -> Engine:
@@ -118,3 +119,20 @@ class RunSettings:
             else:
                 scorers.append(call_factory(name, "scorer", Scorer, "a Scorer", engine))
         return scorers
+
+
+def _options_of(names: list[str]) -> str:
+    """Which engines take the options named, in words, grouped by the engines."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name in names:
+        groups.setdefault(ENGINE_OPTIONS[name], []).append(name)
+    phrases = []
+    for takes, group in groups.items():
+        are = "are options" if len(group) > 1 else "is an option"
+        engines = f"the {_and(list(takes))} engine{'s' if len(takes) > 1 else ''}"
+        phrases.append(f"{_and(group)} {are} of {engines}")
+    return ", ".join(phrases)
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"

@@ -81,9 +81,11 @@ def test_auto_picks_transformers_without_vllm_and_cuda(fake_backends, monkeypatc
 def test_auto_with_a_transformers_option_picks_transformers(fake_backends, monkeypatch):
     # vLLM takes none of them, so a GPU machine with vLLM must not be handed them.
     monkeypatch.setattr(engines, "_cuda_with_vllm", lambda: True)
-    for name, value in [("compute", "float32"), ("threads", 2), ("batch_size", 4)]:
+    for name, value in [("compute", "float32"), ("batch_size", 4)]:
         engine = load_engine("qwen3-8b", **{name: value})
         assert engine.name == "transformers" and engine.options[name] == value
+    # vLLM's CPU build takes threads too, and dtype is both engines'.
+    assert load_engine("qwen3-8b", threads=2).name == "vllm"
     assert load_engine("qwen3-8b", dtype="float16").name == "vllm"
     # A backend named is obeyed (the engine refuses what it does not take).
     assert load_engine("qwen3-8b", backend="vllm", compute="float32").name == "vllm"

@@ -377,6 +377,37 @@ def test_on_vllms_cpu_build_it_runs_eager_with_a_bounded_cache(fake_vllm, monkey
     assert VLLMEngine("m", enforce_eager=False).llm.options["enforce_eager"] is False
 
 
+class BindingLLM(FakeLLM):
+    """Records the CPU binding vLLM's engine process would inherit while it starts."""
+
+    def __init__(self, model: str, **options: Any) -> None:
+        super().__init__(model, **options)
+        self.bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
+
+
+def test_on_vllms_cpu_build_it_computes_on_every_core_it_may_use(fake_vllm, monkeypatch):
+    monkeypatch.setattr(sys.modules["vllm.platforms"].current_platform, "is_cpu", lambda: True)
+    monkeypatch.setattr(fake_vllm, "LLM", BindingLLM)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5, 3, 9}, raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    # vLLM's own default would leave one core to its scheduler: the engine binds all.
+    engine = VLLMEngine("m")
+    assert (engine.llm.bind, engine.threads) == ("3,5,9", 3)
+    assert VLLMEngine("m", threads=2).llm.bind == "3,5"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ  # set while vLLM starts, then restored
+    # Over several processes vLLM binds each; a binding the environment gives is kept.
+    assert VLLMEngine("m", tensor_parallel_size=2).llm.bind is None
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1|2-3")
+    assert VLLMEngine("m", threads=1).llm.bind == "0-1|2-3"
+
+
+def test_on_a_gpu_threads_bind_nothing(fake_vllm, monkeypatch):
+    monkeypatch.setattr(fake_vllm, "LLM", BindingLLM)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    engine = VLLMEngine("m", threads=4)
+    assert (engine.llm.bind, engine.threads) == (None, None)
+
+
 def test_a_users_hf_overrides_keep_the_float32_head(fake_vllm):
     options = VLLMEngine("m", hf_overrides={"rope_theta": 1.0}).llm.options
     assert options["hf_overrides"] == {"head_dtype": "float32", "rope_theta": 1.0}
@@ -520,6 +551,7 @@ def test_no_requests_no_call(fake_vllm):
             r"^gpu_memory_utilization must be in \(0, 1\], got 1\.5$",
         ),
         ({"max_model_len": 0}, r"^max_model_len must be >= 1 or None, got 0$"),
+        ({"threads": 0}, r"^threads must be >= 1, got 0$"),
         (
             {"structured_outputs_config": {"backend": "xgrammar"}},
             r"^VLLMEngine sets structured_outputs_config itself: use structured_outputs_backend=$",

@@ -14,6 +14,7 @@ from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 __all__ = [
     "BACKENDS",
     "COMPUTES",
+    "ENGINE_OPTIONS",
     "TRANSFORMERS_OPTIONS",
     "Engine",
     "JudgeReply",
@@ -25,7 +26,15 @@ __all__ = [
 BACKENDS = ("auto", "vllm", "transformers", "scripted")
 """Built-in backends ("scripted": rules, no model); "package.module:factory" names your own."""
 
-TRANSFORMERS_OPTIONS = ("compute", "threads", "batch_size")
+ENGINE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "compute": ("transformers",),
+    "threads": ("transformers", "vllm"),
+    "batch_size": ("transformers",),
+}
+"""The engine options a run may set (the command line's `--compute`, `--threads`,
+`--batch-size`), and the built-in backends that take each."""
+
+TRANSFORMERS_OPTIONS = tuple(n for n, takes in ENGINE_OPTIONS.items() if takes == ("transformers",))
 """Options that only the transformers engine takes: given with backend "auto", they pick it."""
 
 _ENGINES: dict[tuple[str, str, str], Engine] = {}

@@ -30,16 +30,17 @@ verdict tokens ("true"/"false") tie, and they are what soft verdicts are made of
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "COMPUTES",
-    "DEFAULT_THREADS",
     "Checkpoint",
     "choose_cpu_compute",
     "cpu_flags",
+    "cpu_threads",
     "load_model",
     "resolve_compute",
 ]
@@ -50,12 +51,26 @@ COMPUTES = ("auto", "bfloat16", "int8", "float32")
 INT8_CAVEAT = "lossy, and a row's replies can depend on the rows decoded beside it"
 """What the load note says when int8 is asked for (see the module docstring)."""
 
-DEFAULT_THREADS = 1
-"""Torch threads on a CPU. Measured on 2 cores (bfloat16, a wave of 8 requests): 1 thread
-10.4 output tok/s alone and 8.4 beside a busy process; 2 threads 7.3 with other jobs on the
-machine and 1.4 beside a busy process (their barriers wait for the busy core). One thread
-loses little on a quiet machine and never collapses on a shared one; pass `threads=` on a
-machine of your own."""
+
+def cpu_threads(threads: int | None = None) -> int:
+    """The CPU threads an engine computes with: `threads`, or every core this process may use
+    (`os.sched_getaffinity`: a container's or `taskset`'s share, not the machine's count).
+
+    Beside another busy process, fewer threads than cores are faster: each step's threads wait
+    for the slowest of them (docs/BENCHMARKS.md has the measurement), so `threads=` is how a
+    shared machine is shared.
+
+    Raises:
+        ValueError: `threads` < 1.
+    """
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads!r}")
+        return threads
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS has no affinity
+        return max(1, os.cpu_count() or 1)
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:

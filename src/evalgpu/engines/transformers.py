@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
-from evalgpu.engines._compute import COMPUTES, DEFAULT_THREADS, load_model, resolve_compute
+from evalgpu.engines._compute import COMPUTES, cpu_threads, load_model, resolve_compute
 from evalgpu.engines._constraint import Grammars
 from evalgpu.engines._decode import Decoder, Slot, literal_masks
 from evalgpu.engines._heap import map_large_blocks
@@ -67,7 +67,9 @@ class TransformersEngine:
         dtype: the weights' torch dtype name for "auto" compute ("auto"/None: bfloat16 on
             CUDA, the CPU's choice on a CPU); a preset's `dtype` (such as "bfloat16" for the
             7B models on a GPU) arrives here.
-        threads: torch threads on a CPU (None: the measured default, `DEFAULT_THREADS`).
+        threads: torch threads on a CPU (None: every core this process may use,
+            `evalgpu.engines._compute.cpu_threads`; fewer on a machine shared with busy
+            processes).
         attn_implementation: transformers' attention, "sdpa" or "eager" (None: transformers'
             default, sdpa).
         device: "cpu", "cuda", ...; None picks CUDA when available.
@@ -117,14 +119,13 @@ class TransformersEngine:
             raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         if prefix_cache_mb is not None and prefix_cache_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
-        if threads is not None and threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
+        threads = cpu_threads(threads)
         import torch
         from transformers import AutoTokenizer
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.compute, why = resolve_compute(compute, dtype, self.device)
-        self.threads = threads or DEFAULT_THREADS
+        self.threads = threads
         if self.device == "cpu":
             torch.set_num_threads(self.threads)
             map_large_blocks()  # KV caches reallocated every step: see evalgpu.engines._heap

@@ -49,13 +49,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from evalgpu.engines._compute import cpu_threads
 from evalgpu.engines._constraint import JSON_OPTIONS, schema_text
 from evalgpu.engines._parse import literal_class, literal_starts, reply_from_text, soft_probability
 from evalgpu.engines.base import ErrorKind, JudgeReply, JudgeRequest
@@ -227,6 +229,11 @@ class VLLMEngine:
         seed: the engine's and every request's sampling seed.
         enforce_eager: skip graph capture and compilation (faster start, slower decode). None:
             True on vLLM's CPU build (its compile takes minutes), False on a GPU.
+        threads: on vLLM's CPU build, the cores its model computes on (None: every core this
+            process may use, `evalgpu.engines._compute.cpu_threads`; vLLM's own default leaves
+            one core to its scheduler). Set as `VLLM_CPU_OMP_THREADS_BIND` while vLLM starts,
+            unless the environment sets that already or the model is split over processes
+            (`tensor_parallel_size` > 1: vLLM binds each). Ignored on a GPU.
         **llm_kwargs: any other `vllm.LLM` option, passed as given.
 
     Raises:
@@ -249,8 +256,10 @@ class VLLMEngine:
         chat_template_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
         enforce_eager: bool | None = None,
+        threads: int | None = None,
         **llm_kwargs: Any,
     ) -> None:
+        cores = cpu_threads(threads)
         if structured_outputs_backend not in STRUCTURED_OUTPUTS_BACKENDS:
             raise ValueError(
                 "structured_outputs_backend must be one of "
@@ -285,6 +294,8 @@ class VLLMEngine:
             self._rejections = (ValueError, VLLMClientError)
 
         cpu = _cpu_build()
+        self.threads: int | None = cores if cpu else None
+        """The CPU cores the model computes on (None on a GPU)."""
         if enforce_eager is None:
             enforce_eager = cpu
         if cpu and "kv_cache_memory_bytes" not in llm_kwargs:
@@ -308,7 +319,11 @@ class VLLMEngine:
         }
         options.update(llm_kwargs)
         options["hf_overrides"] = {"head_dtype": HEAD_DTYPE, **(options.get("hf_overrides") or {})}
-        self.llm: LLM = LLM(self.model_path, **options)
+        bind: dict[str, str] = {}
+        if cpu and tensor_parallel_size == 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            bind["VLLM_CPU_OMP_THREADS_BIND"] = _core_list(cores)
+        with _environment(bind):  # read by vLLM's engine process, started here
+            self.llm: LLM = LLM(self.model_path, **options)
         self.max_model_len: int = int(self.llm.llm_engine.model_config.max_model_len)
         """Prompt plus reply tokens the engine holds (the runner checks sources against it)."""
         self._tokenizer: Any = self.llm.get_tokenizer()
@@ -420,6 +435,30 @@ def rejection_kind(exc: BaseException) -> ErrorKind:
     no parameter is recognised by the engine, which counts the prompt itself.
     """
     return "too_long" if getattr(exc, "parameter", None) in TOO_LONG_PARAMETERS else "engine"
+
+
+def _core_list(count: int) -> str:
+    """The first `count` cores this process may use, as vLLM's CPU binding spells them."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity (macOS): the first cores by number
+        allowed = list(range(os.cpu_count() or 1))
+    return ",".join(str(core) for core in allowed[:count])
+
+
+@contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """`variables` set in the environment for the block, then restored."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _cpu_build() -> bool:
