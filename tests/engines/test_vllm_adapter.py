@@ -6,6 +6,7 @@ The real engine is tested in test_vllm.py (needs vLLM).
 
 from __future__ import annotations
 
+import ctypes.util
 import json
 import math
 import os
@@ -399,6 +400,59 @@ def test_on_vllms_cpu_build_it_computes_on_every_core_it_may_use(fake_vllm, monk
     assert VLLMEngine("m", tensor_parallel_size=2).llm.bind is None
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1|2-3")
     assert VLLMEngine("m", threads=1).llm.bind == "0-1|2-3"
+
+
+class PreloadLLM(FakeLLM):
+    """Records the LD_PRELOAD vLLM's engine process would inherit while it starts."""
+
+    def __init__(self, model: str, **options: Any) -> None:
+        super().__init__(model, **options)
+        self.preload = os.environ.get("LD_PRELOAD")
+
+
+@pytest.fixture
+def cpu_build_without_tcmalloc(fake_vllm, monkeypatch, tmp_path):
+    """vLLM's CPU build from a wheel with no vllm/libs, on Linux, the system's tcmalloc found."""
+    monkeypatch.setattr(sys.modules["vllm.platforms"].current_platform, "is_cpu", lambda: True)
+    monkeypatch.setattr(fake_vllm, "LLM", PreloadLLM)
+    monkeypatch.setattr(sys, "platform", "linux")
+    (tmp_path / "vllm").mkdir()
+    monkeypatch.setattr(fake_vllm, "__path__", [str(tmp_path / "vllm")], raising=False)
+    found = {"tcmalloc_minimal": "libtcmalloc_minimal.so.4"}
+    monkeypatch.setattr(ctypes.util, "find_library", found.get)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    return tmp_path / "vllm", found
+
+
+def test_on_vllms_cpu_build_the_systems_tcmalloc_is_preloaded(cpu_build_without_tcmalloc):
+    assert VLLMEngine("m").llm.preload == "libtcmalloc_minimal.so.4"
+    assert "LD_PRELOAD" not in os.environ  # set while vLLM starts, then restored
+
+
+def test_a_preload_of_the_users_comes_after_tcmalloc(cpu_build_without_tcmalloc, monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "libiomp5.so")
+    assert VLLMEngine("m").llm.preload == "libtcmalloc_minimal.so.4:libiomp5.so"
+    assert os.environ["LD_PRELOAD"] == "libiomp5.so"
+
+
+def test_tcmalloc_is_left_to_vllm_or_the_user_where_they_bring_one(
+    cpu_build_without_tcmalloc, monkeypatch
+):
+    libs, found = cpu_build_without_tcmalloc
+    monkeypatch.setenv("LD_PRELOAD", "libtcmalloc.so.4")
+    assert VLLMEngine("m").llm.preload == "libtcmalloc.so.4"
+    monkeypatch.delenv("LD_PRELOAD")
+    (libs / "libs").mkdir()
+    (libs / "libs" / "libtcmalloc_minimal-1a2b.so.4").touch()  # vLLM preloads its own
+    assert VLLMEngine("m").llm.preload is None
+    (libs / "libs" / "libtcmalloc_minimal-1a2b.so.4").unlink()
+    found.clear()  # no tcmalloc on the system: glibc's allocator, as vLLM would leave it
+    assert VLLMEngine("m").llm.preload is None
+
+
+def test_on_a_gpu_nothing_is_preloaded(cpu_build_without_tcmalloc, monkeypatch):
+    monkeypatch.setattr(sys.modules["vllm.platforms"].current_platform, "is_cpu", lambda: False)
+    assert VLLMEngine("m").llm.preload is None
 
 
 def test_on_a_gpu_threads_bind_nothing(fake_vllm, monkeypatch):
