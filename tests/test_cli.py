@@ -337,6 +337,22 @@ def test_progress_lines_and_bar() -> None:
     assert cli._bar(p).startswith("[######..................]  25% 50/200 rows")
 
 
+def test_progress_moves_within_a_chunk_and_slow_rates_read_per_minute() -> None:
+    from evalgpu.evaluation import Progress
+
+    # A CPU judge: 3 rows written in 60 s at 20 calls a row; 3 more rows in flight.
+    p = Progress(rows_done=3, rows_total=40, rows_run=3, calls=60, rows_in_flight=3)
+    p.started -= 60
+    line = "3/40 rows, 3.0 rows/min, 0 output tok/s, ETA 12:20; now 3 rows: 0/~60 judge calls"
+    assert cli._status(p) == line
+    p.calls, p.calls_in_flight = 84, 24  # a wave of the chunk in flight came back
+    assert cli._status(p).endswith("ETA 12:20; now 3 rows: 24/~84 judge calls")
+    # Before any chunk is written there is no rate to plan from, but the calls still count.
+    first = Progress(rows_total=40, calls=7, calls_in_flight=7, rows_in_flight=1)
+    assert cli._status(first).endswith("0.0 rows/s, 0 output tok/s; now 1 row: 7 judge calls")
+    assert cli._per_time(0.005) == "0.30 rows/min"
+
+
 @pytest.mark.slow
 def test_end_to_end_on_the_default_model(
     capsys: pytest.CaptureFixture[str], tmp_path: Path

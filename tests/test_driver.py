@@ -9,7 +9,7 @@ import pytest
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer, evaluate
 from evalgpu.data import RowError
-from evalgpu.driver import Driver
+from evalgpu.driver import CHUNK_ROWS, ChunkSizer, Driver
 from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.rows import Row, RowReader
 from samples import SOURCE, summary_rows
@@ -58,7 +58,7 @@ def test_done_outcomes_are_skipped(engine: ScriptedEngine) -> None:
     def done(file: int, row: int, scorer: str) -> bool:
         return row == 1 or scorer == recall.id
 
-    (chunk,) = driver.chunks(rows, done=done, on_skip=lambda r: skipped.append(r.number))
+    (chunk,) = driver.chunks(rows, size=256, done=done, on_skip=lambda r: skipped.append(r.number))
     assert skipped == [1]
     assert [r.number for r in chunk] == [2]
     records = driver.score_chunk(chunk, done)
@@ -96,11 +96,49 @@ def test_chunks_close_where_the_source_changes(engine: ScriptedEngine) -> None:
     def done(file: int, row: int, scorer_id: str) -> bool:
         return row == 1  # a previous run scored row 1
 
-    chunks = driver.chunks(
-        rows, chunk_size=2, done=done, on_skip=lambda r: skipped.append(r.number)
-    )
+    chunks = driver.chunks(rows, size=2, done=done, on_skip=lambda r: skipped.append(r.number))
     numbers = [[row.number for row in chunk] for chunk in chunks]
     # Row 1 is skipped; "a" is kept whole past 2 rows; "c" is cut at twice the size; the
     # unreadable row 11 makes no calls and cuts nothing: it joins the chunk before it.
     assert numbers == [[2, 3], [4, 5], [6, 7, 8, 9], [10, 11], [12]]
     assert skipped == [1]
+
+
+def test_a_time_sized_chunk_starts_at_one_row_and_grows_to_the_rate() -> None:
+    sizer = ChunkSizer(seconds=60)
+    assert sizer.rows == CHUNK_ROWS[0] == 1  # the first records come after one row's work
+    sizer.observe(1, 20.0)  # 0.05 rows/s: 3 rows take a minute
+    assert sizer.rows == 3
+    sizer.observe(3, 30.0)  # 4 rows in 50 s over the run: 4.8 rows a minute
+    assert sizer.rows == 4
+    fast = ChunkSizer(seconds=60)
+    fast.observe(1, 0.01)  # a GPU: 100 rows/s, but at most four times the last chunk
+    assert fast.rows == 4
+    for _ in range(10):
+        fast.observe(fast.rows, fast.rows / 100)
+    assert fast.rows == CHUNK_ROWS[1]  # the ceiling, not 6,000 rows
+    slow = ChunkSizer(seconds=60)
+    slow.observe(1, 600.0)  # slower than a row a minute: still one row
+    assert slow.rows == 1
+
+
+def test_a_fixed_chunk_size_stays_and_bad_sizes_are_refused() -> None:
+    fixed = ChunkSizer(fixed=7)
+    fixed.observe(7, 0.001)
+    assert fixed.rows == 7
+    with pytest.raises(ValueError, match="chunk_size must be >= 1, got 0"):
+        ChunkSizer(fixed=0)
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="chunk_seconds must be > 0"):
+            ChunkSizer(seconds=bad)
+
+
+def test_each_chunk_takes_the_size_the_sizer_has_when_it_starts(engine: ScriptedEngine) -> None:
+    driver = Driver([create_summarization_scorer(engine)])
+    rows = [Row(0, n, {"source": f"s{n}", "summary": "x"}) for n in range(1, 12)]
+    sizer = ChunkSizer(seconds=60)
+    sizes = []
+    for chunk in driver.chunks(rows, size=sizer):
+        sizes.append(len(chunk))
+        sizer.observe(len(chunk), 60.0 * len(chunk) / 3)  # 3 rows a minute
+    assert sizes == [1, 3, 3, 3, 1]

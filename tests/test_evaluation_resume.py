@@ -227,3 +227,33 @@ def test_several_files_resume_whatever_their_paths_are_called(
     assert run.progress is not None
     assert (run.progress.rows_run, run.progress.resumed) == (1, 3)
     assert {r["file"] for r in records(out)} == {"a.jsonl", "b.jsonl"}  # the folder's names
+
+
+def test_by_default_the_first_chunk_is_one_row_and_later_ones_fit_a_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks sized by time: a judge at 20 s a row writes its first record after one row, then
+    three rows a chunk (a minute); every row is written once, in order."""
+    import evalgpu.evaluation
+
+    clock = [0.0]
+    monkeypatch.setattr(evalgpu.evaluation.time, "monotonic", lambda: clock[0])
+    scorers = summarization()
+    data = write_jsonl(tmp_path / "d.jsonl", distinct_rows(10))
+    sizes: list[int] = []
+
+    def slow(run: Evaluation, chunks: Iterator[list[Row]]) -> Iterator[tuple[int, list[Any]]]:
+        driver = Driver(scorers, files=run.files)
+        for chunk in chunks:
+            sizes.append(len(chunk))
+            clock[0] += 20.0 * len(chunk)
+            yield len(chunk), driver.score_chunk(chunk, run.folder.done)
+
+    out = tmp_path / "out"
+    run = evaluate(data, scorers, out=out, executor=slow)
+    first = next(iter(run))
+    assert (first["row"], sizes) == (1, [1])  # on disk after one row's work
+    assert len(records(out)) == 1
+    assert [r["row"] for r in run] == list(range(2, 11))
+    assert sizes == [1, 3, 3, 3]
+    assert read_summary(out)["run"]["chunk_seconds"] == 60.0

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypedDict
 
+from evalgpu.driver import CHUNK_SECONDS
 from evalgpu.engines import BACKENDS, COMPUTES
 from evalgpu.evaluation import Progress, evaluate
 from evalgpu.models import verdicts_for
@@ -36,7 +37,7 @@ examples:
   {PROG} run examples/context_recall.jsonl --scorer context-recall --out runs/recall
   {PROG} run outputs.csv --scorer summarization --map summary=model_output --out runs/csv
   {PROG} run big.parquet --scorer summarization --scorer context-recall \\
-      --model qwen2.5-7b-instruct --backend vllm --chunk-size 512 --out runs/big
+      --model qwen2.5-7b-instruct --backend vllm --out runs/big
   {PROG} run big.parquet --scorer summarization --model qwen2.5-7b-instruct \\
       --ray --ray-address 10.0.0.1:6379 --out runs/big      # docs/SCALE.md
 
@@ -132,12 +133,22 @@ def _parser() -> argparse.ArgumentParser:
         help="read FIELD from COLUMN, e.g. summary=model_output (repeatable)",
     )
     run.add_argument(
+        "--chunk-seconds",
+        type=float,
+        default=CHUNK_SECONDS,
+        metavar="S",
+        help="how long a chunk of rows (one engine batch, one append to results.jsonl) aims "
+        "to take: the run starts with one row, then sizes each chunk from its rate so far, so "
+        "records reach --out at least this often and a kill loses at most about this much "
+        f"work (default: {CHUNK_SECONDS:g})",
+    )
+    run.add_argument(
         "--chunk-size",
         type=int,
-        default=256,
+        default=None,
         metavar="N",
-        help="rows per engine batch and per append to results.jsonl, cut where the source "
-        "changes (default: 256)",
+        help="a fixed number of rows per chunk instead (a chunk is cut where the source "
+        "changes, at 2N regardless)",
     )
     run.add_argument("--limit", type=int, metavar="N", help="read at most N rows in all")
     run.add_argument(
@@ -265,6 +276,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         verdicts=args.verdicts,
         mapping=mapping,
         chunk_size=args.chunk_size,
+        chunk_seconds=args.chunk_seconds,
         limit=args.limit,
         compute=args.compute,
         threads=args.threads,
@@ -316,6 +328,7 @@ def _run(args: argparse.Namespace) -> int:
                 map=settings.mapping,
                 out=settings.out,
                 chunk_size=settings.chunk_size,
+                chunk_seconds=settings.chunk_seconds,
                 limit=settings.limit,
                 **hooks,
             ).run()
@@ -482,14 +495,26 @@ def _rates(p: Progress) -> dict[str, Any]:
     return {"rate": rate, "tok": p.output_tokens / elapsed, "eta": eta}
 
 
+def _per_time(rate: float) -> str:
+    """Rows a second, or a minute when under one a second (a CPU judge: 0.05 rows/s)."""
+    if rate >= 1 or rate == 0:
+        return f"{rate:,.1f} rows/s"
+    return f"{rate * 60:.{1 if rate * 60 >= 1 else 2}f} rows/min"
+
+
 def _status(p: Progress) -> str:
     r = _rates(p)
     total = f"/{p.rows_total:,}" if p.rows_total is not None else ""
     eta = f", ETA {_clock(r['eta'])}" if r["eta"] is not None else ""
     failed = f", {p.failed:,} errors" if p.failed else ""
+    flight = ""
+    if p.rows_in_flight and (p.calls_in_flight or p.calls):
+        planned = p.calls_planned
+        of = f"/~{planned:,}" if planned is not None else ""
+        flight = f"; now {_n(p.rows_in_flight, 'row')}: {p.calls_in_flight:,}{of} judge calls"
     return (
-        f"{p.rows_done:,}{total} rows, {r['rate']:.1f} rows/s, "
-        f"{r['tok']:,.0f} output tok/s{eta}{failed}"
+        f"{p.rows_done:,}{total} rows, {_per_time(r['rate'])}, "
+        f"{r['tok']:,.0f} output tok/s{eta}{failed}{flight}"
     )
 
 

@@ -203,6 +203,9 @@ def run_ray(
             map=settings.mapping,
             out=settings.out,
             chunk_size=settings.chunk_size,
+            # The rate a chunk is sized from is all replicas': a chunk takes one of them
+            # about chunk_seconds.
+            chunk_seconds=settings.chunk_seconds / replicas,
             limit=settings.limit,
             executor=partial(_scatter, ray, settings, replicas, gpus_per_replica),
             on_progress=on_progress,

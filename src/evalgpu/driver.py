@@ -13,19 +13,65 @@ scores one and writes nothing, so a chunk can be scored in another process. A re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from evalgpu._options import check_count
 from evalgpu.data import RowError
 from evalgpu.results import ErrorKind, InputError, Record, ScoreResult, Steps, make_record
 from evalgpu.rows import Row, RowReader, row_label
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["Done", "Driver"]
+__all__ = ["CHUNK_ROWS", "CHUNK_SECONDS", "ChunkSizer", "Done", "Driver"]
 
 Done = Callable[[int, int, str], bool]
 """`(file, row, scorer_id) -> bool`: True when that outcome is already recorded (resume)."""
+
+
+CHUNK_SECONDS = 60.0
+"""How long a time-sized chunk aims to take (`--chunk-seconds`): what a `kill -9` can lose."""
+
+CHUNK_ROWS = (1, 2048)
+"""Rows of a run's first time-sized chunk, and the most a later one is sized to (memory)."""
+
+
+@dataclass
+class ChunkSizer:
+    """How many rows the next chunk takes: `fixed`, or as many as take about `seconds`.
+
+    Time-sized (`fixed` None), a run starts with one row (`CHUNK_ROWS`), so that the first
+    records are written within a chunk's time whatever the machine; each chunk then takes as
+    many rows as the run's rate so far scores in `seconds`, at most four times the last size
+    (one fast chunk does not make the next one huge) and `CHUNK_ROWS[1]` in all. On a GPU that
+    grows to hundreds or thousands of rows, which batch across rows as a fixed size would; on a
+    CPU, a few.
+    """
+
+    seconds: float = CHUNK_SECONDS
+    fixed: int | None = None
+    rows: int = field(init=False)
+    """The next chunk's rows."""
+    _scored: int = field(default=0, init=False)
+    _spent: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"chunk_seconds must be > 0, got {self.seconds!r}")
+        if self.fixed is not None:
+            check_count("chunk_size", self.fixed)
+        self.rows = self.fixed if self.fixed is not None else CHUNK_ROWS[0]
+
+    def observe(self, rows: int, seconds: float) -> None:
+        """A chunk of `rows` took `seconds` (from the previous chunk's end to this one's)."""
+        if self.fixed is not None or rows <= 0:
+            return
+        self._scored += rows
+        self._spent += max(seconds, 1e-6)
+        fits = int(self._scored / self._spent * self.seconds)
+        self.rows = max(CHUNK_ROWS[0], min(fits, 4 * self.rows, CHUNK_ROWS[1]))
 
 
 class Driver:
@@ -150,20 +196,24 @@ class Driver:
         self,
         rows: Iterable[Row],
         *,
-        chunk_size: int = 256,
+        size: ChunkSizer | int,
         done: Done | None = None,
         on_skip: Callable[[Row], None] | None = None,
     ) -> Iterator[list[Row]]:
         """The rows still to score, prepared, a chunk at a time.
 
-        Rows are read as the chunks need them, so memory depends on `chunk_size`, not on the
+        Rows are read as the chunks need them, so memory depends on the chunk size, not on the
         number of rows. A row whose every scorer is `done` is not scored (`on_skip` is told).
-        A chunk closes once it holds `chunk_size` rows and the next row has another source
-        (`RowReader.group`), so that a source's summaries (FRANK has 4-5 an article) share
-        one chunk: its questions are asked once and its prefix computed once. At twice
-        `chunk_size` it closes regardless, which bounds memory.
+        A chunk's size is `size`'s rows when the chunk starts (a `ChunkSizer` the caller tells
+        how long each chunk took, or an int: fixed). A chunk closes once
+        it holds that many rows and the next row has another source (`RowReader.group`), so
+        that a source's summaries (FRANK has 4-5 an article) share one chunk: its questions
+        are asked once and its prefix computed once. At twice the size it closes regardless,
+        which bounds memory.
         """
+        sizer = size if isinstance(size, ChunkSizer) else ChunkSizer(fixed=size)
         chunk: list[Row] = []
+        rows_wanted = sizer.rows
         last: str | None = None
         for row in rows:
             if done is not None and all(done(row.file, row.number, s.id) for s in self.scorers):
@@ -172,10 +222,11 @@ class Driver:
                 continue
             key = self.reader.group(row)
             # A row without a source (an unreadable one) makes no judge calls: no cut there.
-            cut = len(chunk) >= chunk_size and key is not None and key != last
-            if cut or len(chunk) >= 2 * chunk_size:
+            cut = len(chunk) >= rows_wanted and key is not None and key != last
+            if cut or len(chunk) >= 2 * rows_wanted:
                 yield chunk
                 chunk = []
+                rows_wanted = sizer.rows
             chunk.append(self.prepare(row))
             last = key if key is not None else last
         if chunk:

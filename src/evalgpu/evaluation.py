@@ -29,7 +29,7 @@ from typing import Any, cast
 
 from evalgpu._options import check_count
 from evalgpu.data import FileInfo, RowError, file_format, inspect_file
-from evalgpu.driver import Driver
+from evalgpu.driver import CHUNK_SECONDS, ChunkSizer, Driver
 from evalgpu.results import Record, ScoreResult
 from evalgpu.rows import RepeatedIds, Row, RowReader, file_rows, python_rows
 from evalgpu.runner import WaveStats
@@ -65,11 +65,25 @@ class Progress:
     failed: int = 0
     """Results scored / failed by this run."""
     output_tokens: int = 0
+    calls: int = 0
+    """Judge calls this run sent to its engine (counted a wave at a time, in this process)."""
+    rows_in_flight: int = 0
+    calls_in_flight: int = 0
+    """Rows handed to the engine and not yet written, and the judge calls made since the last
+    chunk was written: the work of the chunk in flight, before its records appear."""
     started: float = field(default_factory=time.monotonic)
 
     @property
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    @property
+    def calls_planned(self) -> int | None:
+        """The judge calls the rows in flight should take, at this run's calls a row so far
+        (None before a chunk was written)."""
+        if not self.rows_run or not self.rows_in_flight:
+            return None
+        return max(self.calls_in_flight, round(self.calls / self.rows_run * self.rows_in_flight))
 
 
 def evaluate(
@@ -79,7 +93,8 @@ def evaluate(
     map: Mapping[str, str] | None = None,
     out: str | Path | None = None,
     target: Callable[[Any], Any] | None = None,
-    chunk_size: int = 256,
+    chunk_size: int | None = None,
+    chunk_seconds: float = CHUNK_SECONDS,
     limit: int | None = None,
     executor: Executor | None = None,
     on_progress: Callable[[Progress], None] | None = None,
@@ -107,8 +122,11 @@ def evaluate(
             given from Python are matched by position: resume with the same rows in the same
             order. None keeps everything in memory.
         target: makes a row's output from its input when the row has no output column.
-        chunk_size: rows per engine batch (and per append to `results.jsonl`): a chunk
-            closes where the source changes, at twice `chunk_size` regardless.
+        chunk_size: rows per engine batch (and per append to `results.jsonl`), fixed; None
+            (the default): chunks sized by time (`chunk_seconds`, `evalgpu.driver.ChunkSizer`).
+            A chunk closes where the source changes, at twice its size regardless.
+        chunk_seconds: how long a time-sized chunk aims to take: at most about that much
+            work is lost to a `kill -9`, and records reach `out` at least that often.
         limit: read at most this many rows in all (None: all); rows already scored count.
         executor: scores the chunks elsewhere (`Executor`: `run --ray` passes Ray actors);
             None: in this process.
@@ -122,12 +140,12 @@ def evaluate(
         `to_pandas()` / `run()`. Nothing is scored before that.
 
     Raises:
-        ValueError: no scorers, a bad `map`, `chunk_size`, `limit`, data file name or `out`
-            (a file), before anything is scored.
+        ValueError: no scorers, a bad `map`, `chunk_size`, `chunk_seconds`, `limit`, data file
+            name or `out` (a file), before anything is scored.
     """
     if not scorers:
         raise ValueError("scorers must name at least one scorer")
-    paths = check_run(data, map, out, chunk_size, limit)
+    paths = check_run(data, map, out, chunk_size, limit, chunk_seconds)
     return Evaluation(
         data,
         list(scorers),
@@ -136,6 +154,7 @@ def evaluate(
         Path(out) if out is not None else None,
         target,
         chunk_size,
+        chunk_seconds,
         limit,
         executor,
         on_progress,
@@ -148,17 +167,18 @@ def check_run(
     data: DataSource,
     map: Mapping[str, str] | None,
     out: str | Path | None,
-    chunk_size: int,
+    chunk_size: int | None,
     limit: int | None,
+    chunk_seconds: float = CHUNK_SECONDS,
 ) -> list[Path] | None:
     """Check a run's arguments before anything loads; returns the data files (None: rows).
 
     Raises:
-        ValueError: a bad `map`, `chunk_size` or `limit`, a data file that is missing or of
-            an unknown type, or an `out` that is a file (each message names it).
+        ValueError: a bad `map`, `chunk_size`, `chunk_seconds` or `limit`, a data file that is
+            missing or of an unknown type, or an `out` that is a file (each message names it).
     """
     RowReader(map)
-    check_count("chunk_size", chunk_size)
+    ChunkSizer(chunk_seconds, chunk_size)  # checks both
     if limit is not None:
         check_count("limit", limit, 0)
     if out is not None:
@@ -195,7 +215,8 @@ class Evaluation:
     mapping: dict[str, str]
     out: Path | None
     target: Callable[[Any], Any] | None = None
-    chunk_size: int = 256
+    chunk_size: int | None = None
+    chunk_seconds: float = CHUNK_SECONDS
     limit: int | None = None
     executor: Executor | None = None
     on_progress: Callable[[Progress], None] | None = None
@@ -292,7 +313,15 @@ class Evaluation:
 
         def wave(stats: WaveStats) -> None:
             progress.output_tokens += stats.output_tokens
+            progress.calls += stats.requests
+            progress.calls_in_flight += stats.requests
             report(progress)
+
+        def handed(chunks: Iterator[list[Row]]) -> Iterator[list[Row]]:
+            for chunk in chunks:
+                progress.rows_in_flight += len(chunk)
+                report(progress)
+                yield chunk
 
         def skipped(_: Row) -> None:  # a previous run scored it
             progress.rows_done += 1
@@ -319,11 +348,16 @@ class Evaluation:
             rows: Iterator[Row] = itertools.islice(python_rows(items), self.limit)
         else:
             rows = file_rows(self.paths, limit=self.limit, on_file_error=file_error)
-        chunks = driver.chunks(
-            noted(rows), chunk_size=self.chunk_size, done=self.folder.done, on_skip=skipped
-        )
-        for n, records in (self.executor or _here(driver))(self, chunks):
+        sizer = ChunkSizer(self.chunk_seconds, self.chunk_size)
+        chunks = driver.chunks(noted(rows), size=sizer, done=self.folder.done, on_skip=skipped)
+        since = time.monotonic()
+        for n, records in (self.executor or _here(driver))(self, handed(chunks)):
             written = self.folder.append(records)  # none that the folder holds a success for
+            now = time.monotonic()
+            sizer.observe(n, now - since)
+            since = now
+            progress.rows_in_flight = max(0, progress.rows_in_flight - n)
+            progress.calls_in_flight = 0
             progress.rows_run += n
             progress.rows_done += n
             for record in written:
@@ -351,6 +385,7 @@ class Evaluation:
                 "rows_per_s": round(p.rows_run / wall, 3) if wall > 0 else None,
                 "output_tokens_per_s": round(p.output_tokens / wall, 3) if wall > 0 else None,
                 "chunk_size": self.chunk_size,
+                "chunk_seconds": self.chunk_seconds if self.chunk_size is None else None,
                 "limit": self.limit,
             },
         )
@@ -410,8 +445,13 @@ def run_evals(
 
     driver = Driver(scorers, target=target, noun="item")
     entries: list[dict[str, Any]] = []
-    for chunk in driver.chunks(rows()):
+    sizer = ChunkSizer()
+    since = time.monotonic()
+    for chunk in driver.chunks(rows(), size=sizer):
         records = driver.score_chunk(chunk)
+        now = time.monotonic()
+        sizer.observe(len(chunk), now - since)
+        since = now
         results: dict[int, dict[str, ScoreResult]] = {}
         for record in records:
             result = ScoreResult.model_validate(record)

@@ -15,6 +15,7 @@ from typing import Any
 
 from evalgpu._factory import call_factory
 from evalgpu._options import check_count, check_scale
+from evalgpu.driver import CHUNK_SECONDS
 from evalgpu.engines import COMPUTES, ENGINE_OPTIONS
 from evalgpu.engines.base import Engine
 from evalgpu.evaluation import check_run
@@ -51,7 +52,8 @@ class RunSettings:
     scale: float = 1.0
     verdicts: VerdictMode | None = None
     mapping: Mapping[str, str] = field(default_factory=dict)
-    chunk_size: int = 256
+    chunk_size: int | None = None
+    chunk_seconds: float = CHUNK_SECONDS
     limit: int | None = None
     compute: str | None = None
     threads: int | None = None
@@ -65,7 +67,9 @@ class RunSettings:
         object.__setattr__(self, "mapping", dict(self.mapping))
         if not self.data:
             raise ValueError("data must name at least one file")
-        check_run(list(self.data), self.mapping, self.out, self.chunk_size, self.limit)
+        check_run(
+            list(self.data), self.mapping, self.out, self.chunk_size, self.limit, self.chunk_seconds
+        )
         if not self.scorers:
             raise ValueError("scorers must name at least one scorer")
         for name in self.scorers:
