@@ -711,6 +711,7 @@ def main(argv: list[str] | None = None) -> int:
             "engine": engine.name,
             "compute": getattr(engine, "compute", None),
             "batch_size": getattr(engine, "batch_size", None),
+            "threads": getattr(engine, "threads", None),
             "scale": args.scale,
             "max_questions": args.max_questions if kind != "attribution" else None,
             "offset": args.offset,
