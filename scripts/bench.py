@@ -25,7 +25,7 @@ numbers as JSON.
     # GPU, 7-8 B judge (see docs/BENCHMARKS.md):
     python scripts/bench.py --backend vllm --model /models/qwen2.5-7b-instruct --rows 2000
     # vLLM's CPU build, tiny preset (VLLM_CPU_KVCACHE_SPACE=2 in the environment):
-    .venv-vllm/bin/python scripts/bench.py --quick --backend vllm \
+    .venv/bin/python scripts/bench.py --quick --backend vllm \
         --engine-option dtype=float32 --engine-option enforce_eager=true
 """
 

@@ -13,8 +13,8 @@ compares the records row by row:
 It prints one line per scorer and writes everything as JSON (`--json`). `engine_agreement`
 is what tests/engines/test_engines_agree.py asserts on (the same rows, the same verdicts).
 
-    .venv-vllm/bin/python scripts/compare_engines.py --json out/compare.json
-    .venv-vllm/bin/python scripts/compare_engines.py --vllm-option dtype=float32
+    .venv/bin/python scripts/compare_engines.py --json out/compare.json
+    .venv/bin/python scripts/compare_engines.py --vllm-option dtype=float32
 """
 
 from __future__ import annotations

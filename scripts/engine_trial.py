@@ -15,9 +15,9 @@ The default rows were never used to develop a prompt or design (FRANK has 84 suc
 are the held-out ones): FRANK pairs 60-67 of the
 agreement draw (16 rows) and AttributionBench shuffle positions 300-319 (20 rows).
 
-    .venv-vllm/bin/python scripts/engine_trial.py --json docs/measured/engine-trial.json
+    .venv/bin/python scripts/engine_trial.py --json docs/measured/engine-trial.json
 
-Both engines must import in the interpreter that runs it (`.ci/vllm-smoke`'s `.venv-vllm`).
+Both engines must import in the interpreter that runs it (`.venv`, where scripts/setup installed vLLM's CPU build).
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@
 - `measure.stats`: the agreement statistics (scipy) and their bootstrap intervals.
 
 Scripts import it by path, as they import designs/ (`sys.path` gets scripts/). Only
-`measure.stats` needs scipy (the `dev` extra), so that bench.py also runs where it is missing
-(`.venv-vllm`).
+`measure.stats` needs scipy (the `dev` extra), so that bench.py also runs where it is missing.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def transformers_default() -> Engine:
 
 
 def vllm_default() -> Engine:
-    """The vLLM engine on the default model (in .venv-vllm; float32 and eager on a CPU)."""
+    """The vLLM engine on the default model (float32 and eager on a CPU)."""
     import os
     from pathlib import Path
 

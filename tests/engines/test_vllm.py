@@ -1,11 +1,11 @@
 """The vLLM engine on the default model: one engine, one mixed-schema batch, one scorer run.
 
-Runs where vLLM is importable (the CPU smoke environment `.venv-vllm`, see `.ci/vllm-smoke`,
-or a GPU machine); skipped elsewhere. On a CPU build it needs `VLLM_CPU_KVCACHE_SPACE` (GiB of
-KV cache; 2 is plenty) and takes about 2 minutes, most of it loading the model and compiling
-the schemas, plus about 2 more for the scorer run (marked `slow`: `-m "vllm and not slow"`
-leaves it out). The model folder comes from `EVALGPU_TEST_MODEL`, else the repo's
-`models/smollm2-135m-instruct`.
+Runs where vLLM is importable (`.venv` where scripts/setup installed vLLM's CPU build, or a GPU
+machine; scripts/test runs it in a pytest process of its own); skipped elsewhere. On a CPU build it
+needs `VLLM_CPU_KVCACHE_SPACE` (GiB of KV cache; 2 is plenty) and takes about 2 minutes, most of it
+loading the model and compiling the schemas, plus about 2 more for the scorer run (marked `slow`:
+`-m "vllm and not slow"` leaves it out). The model folder comes from `EVALGPU_TEST_MODEL`, else the
+repo's `models/smollm2-135m-instruct`.
 """
 
 from __future__ import annotations
