@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compute",
         default=None,
-        help="the transformers engine's compute (auto, bfloat16, int8, float32; default: auto)",
+        help="the transformers engine's compute (auto, bfloat16, float32; default: auto)",
     )
     parser.add_argument(
         "--batch-size",

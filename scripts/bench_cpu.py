@@ -1,4 +1,4 @@
-"""Speed of the transformers engine on a CPU, per compute (bfloat16, int8, float32).
+"""Speed of the transformers engine on a CPU, per compute (bfloat16, float32).
 
 For each compute, in a fresh process (so that peak memory is that compute's), on the default
 model unless told otherwise, it measures:
@@ -102,9 +102,6 @@ def child(model: str, compute: str, threads: int, attn: str | None) -> dict[str,
         threads=threads,
         batch_size=WAVE,
         attn_implementation=attn,
-        # Compute speed: the warm-up call's prompt would otherwise serve the wave's first
-        # (scripts/bench_prefix.py measures the store).
-        prefix_cache_mb=0,
     )
     out: dict[str, Any] = {"load_s": round(time.perf_counter() - started, 1)}
     out["compute"], out["threads"] = engine.compute, engine.threads
@@ -218,7 +215,7 @@ def table(results: list[dict[str, Any]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
-    parser.add_argument("--computes", default="bfloat16,int8,float32")
+    parser.add_argument("--computes", default="bfloat16,float32")
     parser.add_argument("--threads", type=int, action="append", help="default: the engine's")
     parser.add_argument("--busy", action="store_true", help="also beside a busy process")
     parser.add_argument("--attn", help="the engine's attn_implementation (sdpa, eager)")

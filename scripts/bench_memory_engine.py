@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=0, help="sources (frank) or rows; 0: 8 / 16")
     parser.add_argument("--max-tokens", type=int, default=0, help="cap on each reply; 0: none")
     parser.add_argument("--batch-size", type=int, default=16, help="requests decoded together")
-    parser.add_argument("--compute", default="auto", help="auto, bfloat16, int8, float32")
+    parser.add_argument("--compute", default="auto", help="auto, bfloat16, float32")
     parser.add_argument("--abort-gb", type=float, default=9.0)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -17,7 +17,8 @@ agreement draw (16 rows) and AttributionBench shuffle positions 300-319 (20 rows
 
     .venv/bin/python scripts/engine_trial.py --json docs/measured/engine-trial.json
 
-Both engines must import in the interpreter that runs it (`.venv`, where scripts/setup installed vLLM's CPU build).
+Both engines must import in the interpreter that runs it (`.venv`, where scripts/setup
+installed vLLM's CPU build).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ verdicts, `Attribution` at 3 and 10 passages, `Reason`) the way vLLM's backend d
 - outlines: `outlines_core`'s regex and `Index` over the vocabulary, only with `--outlines`:
   minutes and gigabytes a schema on a 151k-token vocabulary (docs/VLLM.md).
 
-It needs vLLM installed (`.venv` where scripts/setup put vLLM's CPU build: xgrammar and outlines-core come with vLLM) and no
-model weights. It prints one line per backend and schema and writes JSON (`--json`).
+It needs vLLM installed (`.venv` where scripts/setup put vLLM's CPU build: xgrammar and
+outlines-core come with vLLM) and no model weights. It prints one line per backend and schema
+and writes JSON (`--json`).
 
     .venv/bin/python scripts/measure_schemas.py --json docs/measured/schemas-compile.json
 """

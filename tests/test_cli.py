@@ -89,12 +89,12 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str], command: list[str
             "threads is an option of the transformers and vllm engines, not of backend 'scripted'",
         ),
         (
-            [*RUN, "--compute", "int8", "--batch-size", "4", *SCRIPTED],
+            [*RUN, "--compute", "float32", "--batch-size", "4", *SCRIPTED],
             "compute and batch_size are options of the transformers engine, not of backend "
             "'scripted'",
         ),
         (
-            [*RUN, "--compute", "int8", "--threads", "1", "--batch-size", "4", *SCRIPTED],
+            [*RUN, "--compute", "float32", "--threads", "1", "--batch-size", "4", *SCRIPTED],
             "compute and batch_size are options of the transformers engine, threads is an "
             "option of the transformers and vllm engines, not of backend 'scripted'",
         ),
@@ -269,11 +269,12 @@ def test_engine_options_reach_the_transformers_engine_and_are_not_configuration(
     # Resumed with engine options: the same configuration ("auto" with them picks the
     # transformers engine: tests/engines/test_load_engine.py).
     assert (
-        run_cli(capsys, *base, "--compute", "int8", "--threads", "2", "--batch-size", "4")[0] == 0
+        run_cli(capsys, *base, "--compute", "float32", "--threads", "2", "--batch-size", "4")[0]
+        == 0
     )
     assert loaded == [
         (None, "auto", {}),
-        (None, "auto", {"compute": "int8", "threads": 2, "batch_size": 4}),
+        (None, "auto", {"compute": "float32", "threads": 2, "batch_size": 4}),
     ]
     assert len(successes(out)) == 2
 

@@ -297,7 +297,7 @@ def test_the_folder_names_the_judge_the_replicas_load(tmp_path: Path) -> None:
         patch.setattr(engines, "_vllm_build", lambda: "cuda")
         assert planned(0, backend="auto", model=small) == ("transformers", small)
         assert planned(1, backend="auto", model=small) == ("vllm", small)
-        assert planned(1, backend="auto", compute="int8")[0] == "transformers"
+        assert planned(1, backend="auto", compute="float32")[0] == "transformers"
         patch.setattr(engines, "_vllm_build", lambda: "cpu")
         assert planned(0, backend="auto", model=small) == ("vllm", small)
     assert planned(0) == ("scripted", None)  # the scripted judge loads no model

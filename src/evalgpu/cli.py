@@ -155,8 +155,7 @@ def _parser() -> argparse.ArgumentParser:
         "--compute",
         choices=COMPUTES,
         help="the transformers engine's compute: auto picks by the CPU's features "
-        "(bfloat16 where native, else float32); int8 is about twice float32's speed but "
-        "lossy (default: auto)",
+        "(bfloat16 where native, else float32; default: auto)",
     )
     run.add_argument(
         "--threads",

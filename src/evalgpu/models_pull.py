@@ -308,7 +308,7 @@ def verify_folder(folder: Path, dtype: str) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    model: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
     chat = [
         {"role": "system", "content": "Answer in one word."},
         {"role": "user", "content": "What is the capital of France?"},

@@ -74,23 +74,6 @@ def test_bfloat16_keeps_the_body_and_computes_the_head_in_float32(stored_bf16):
         assert model(IDS).logits.dtype == torch.float32
 
 
-def test_int8_quantizes_the_linears_of_the_body_from_float32_weights(stored_bf16):
-    from evalgpu.engines._int8 import RowwiseInt8Linear
-
-    folder, _ = stored_bf16
-    model = load_model(str(folder), "int8", "cpu", torch.float32)
-    reference = _reference(folder, torch.float32)
-    q_proj = model.model.layers[0].self_attn.q_proj
-    assert isinstance(q_proj, RowwiseInt8Linear)
-    # Dequantized, the weight is the float32 weight to within one step of its channel's scale.
-    weight, scales = q_proj.weight().dequantize(), q_proj.weight().q_per_channel_scales()
-    error = (weight - reference.model.layers[0].self_attn.q_proj.weight).abs().max(dim=1).values
-    assert bool((error <= scales.float() * 0.5 + 1e-7).all())
-    assert torch.equal(q_proj.bias, reference.model.layers[0].self_attn.q_proj.bias)
-    assert model.get_output_embeddings().weight.dtype == torch.float32
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-
-
 def test_a_checkpoint_reads_a_tensor_into_a_dtype_and_falls_back_to_the_model_where_absent(
     tmp_path,
 ):

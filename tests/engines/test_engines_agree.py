@@ -8,8 +8,8 @@ with the same options: `json_schema` gives vLLM's guidance backend the transform
 `JSON_OPTIONS`) and a float32 output layer; what differs is the arithmetic of each engine's
 bfloat16 (or float32) kernels.
 
-Runs where vLLM is installed (`scripts/test`'s vllm run), where both engines import, and needs the default
-model converted (`python -m evalgpu models pull`). About 13 minutes on a 2-core CPU.
+Runs where vLLM is installed (`scripts/test`'s vllm run), where both engines import, and needs
+the default model converted (`python -m evalgpu models pull`). About 13 minutes on a 2-core CPU.
 """
 
 from __future__ import annotations

@@ -7,30 +7,16 @@ import re
 from collections.abc import Sequence
 
 import pytest
-from pydantic import BaseModel, ConfigDict
 
 from evalgpu import create_context_recall_scorer, create_summarization_scorer
 from evalgpu.engines import Engine, JudgeReply, JudgeRequest
-from evalgpu.engines._compute import (
-    INT8_CAVEAT,
-    choose_cpu_compute,
-    cpu_flags,
-    resolve_compute,
-)
-from evalgpu.engines._decode import (
-    KVBatch,
-    Slot,
-    literal_masks,
-    prefill_groups,
-    shared_prefix,
-    true_probability,
-)
-from evalgpu.engines._prefix import common_prefix
+from evalgpu.engines._compute import choose_cpu_compute, cpu_flags, resolve_compute
+from evalgpu.engines._decode import Constrained, Slot, literal_masks, true_probability
 from evalgpu.engines.transformers import TransformersEngine, chat_for
-from evalgpu.prompting import fence, judge_chat
+from evalgpu.prompting import judge_chat
 from evalgpu.scorers.context_recall import claims_request
 from evalgpu.scorers.summarization import alignment_request, coverage_request, questions_request
-from evalgpu.verdicts import Reason, Verdict
+from evalgpu.verdicts import Reason
 
 # -- the pure adapter --------------------------------------------------------------------
 
@@ -49,51 +35,6 @@ def test_system_text_is_folded_into_the_user_turn_otherwise():
     assert chat_for(chat[:1], system_role=False) == [{"role": "user", "content": "Be strict."}]
 
 
-def test_shared_prefix_counts_common_leading_tokens():
-    assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
-    assert shared_prefix([1, 2], [1, 2, 3]) == 2
-    assert shared_prefix([], [1]) == 0
-
-
-def test_prompts_of_one_source_share_their_prefix_in_one_prefill_group():
-    instructions, source_a, source_b = list(range(100)), list(range(1000, 1600)), [7] * 600
-    prompts = [
-        instructions + source_a + [1, 2, 3],  # alignment of summary 1 of source A
-        instructions + source_a + [9],  # questions of source A
-        instructions + source_a + [4, 5],  # alignment of summary 2 of source A
-        instructions + source_b + [8, 8],  # another source
-    ]
-    order = sorted(range(4), key=lambda i: prompts[i])
-    groups = prefill_groups(prompts, order, max_tokens=8192)
-    assert sorted(i for _, members in groups for i in members) == [0, 1, 2, 3]
-    by_member = {i: (prefix, members) for prefix, members in groups for i in members}
-    prefix, members = by_member[0]
-    assert sorted(members) == [0, 1, 2]
-    assert prefix == 700  # instructions and source A: computed once for three prompts
-    # Source B shares only the instructions: 100 tokens saved would cost 3 * 600 of padding.
-    assert by_member[3] == (0, [3])
-
-
-def test_prompts_whose_sources_are_stored_are_not_grouped_over_the_system_message():
-    system = list(range(100))
-    prompts = [system + [1000 + i for i in range(600)] + [1], system + [7] * 600 + [2]]
-    order = sorted(range(2), key=lambda i: prompts[i])
-    # Nothing stored: sources of one length share the system message in one group.
-    assert prefill_groups(prompts, order, max_tokens=8192) == [(100, order)]
-    # Both stored (the questions wave before): each alone copies its own source.
-    assert prefill_groups(prompts, order, 8192, {0: 700, 1: 700}) == [(0, [i]) for i in order]
-    # One stored: in a group its source would be computed again, in its tail.
-    assert prefill_groups(prompts, order, 8192, {0: 700}) == [(0, [i]) for i in order]
-
-
-def test_a_group_leaves_a_token_to_compute_and_respects_the_memory_bound():
-    same = [1] * 50
-    ((prefix, members),) = prefill_groups([same, same], [0, 1], max_tokens=8192)
-    assert members == [0, 1] and prefix == 49  # the last token's logits start the reply
-    groups = prefill_groups([same + [2] * 30, same + [3] * 30], [0, 1], max_tokens=40)
-    assert [m for _, m in groups] == [[0], [1]]  # 2 * 31 tokens would exceed 40
-
-
 class FakeConstraint:
     def __init__(self) -> None:
         self.advanced: list[int] = []
@@ -103,7 +44,7 @@ class FakeConstraint:
 
 
 def test_a_slot_stops_at_an_end_token_which_counts_as_output_but_not_text():
-    slot = Slot(at=0, max_tokens=8, constraint=FakeConstraint(), prompt_tokens=5)
+    slot = Slot(max_tokens=8, constraint=FakeConstraint(), prompt_tokens=5)
     for token in (10, 11, 2):
         slot.take(token, eos_ids={2})
     assert slot.finish == "stop"
@@ -112,10 +53,9 @@ def test_a_slot_stops_at_an_end_token_which_counts_as_output_but_not_text():
 
 
 def test_a_slot_that_reaches_max_tokens_is_cut():
-    slot = Slot(at=0, max_tokens=2, constraint=FakeConstraint(), prompt_tokens=5)
+    slot = Slot(max_tokens=2, constraint=FakeConstraint(), prompt_tokens=5)
     slot.take(10, eos_ids={2})
     assert slot.finish is None
-    assert slot.position == 5  # the first reply token sits right after the 5 prompt tokens
     slot.take(11, eos_ids={2})
     assert slot.finish == "length" and slot.text_tokens == [10, 11]
 
@@ -126,45 +66,60 @@ class RefusingConstraint:
 
 
 def test_a_slot_whose_constraint_fails_ends_with_the_reason():
-    slot = Slot(at=0, max_tokens=8, constraint=RefusingConstraint(), prompt_tokens=5)
+    slot = Slot(max_tokens=8, constraint=RefusingConstraint(), prompt_tokens=5)
     slot.take(10, eos_ids={2})
     assert slot.finish == "error"
     assert slot.error == "token 10 rejected: lexer fuel exhausted"
 
 
-def _cache(rows: int, length: int, value: float):
+class AllowingConstraint:
+    """Allows a fixed set of tokens (ids below 32) and records what it was advanced by."""
+
+    def __init__(self, allowed: set[int]) -> None:
+        self.ids, self.advanced = allowed, []
+
+    def allowed(self, words, row: int) -> None:
+        words[row, 0] = sum(1 << i for i in self.ids)
+
+    def advance(self, token: int) -> None:
+        self.advanced.append(token)
+
+
+class OneWordGrammars:
+    """Bitmasks of one 32-bit word: a vocabulary of at most 32 tokens."""
+
+    def bitmask(self, rows: int):
+        import torch
+
+        return torch.zeros((rows, 1), dtype=torch.int32)
+
+
+def test_the_processor_masks_each_row_to_its_schema_and_reads_p_where_a_verdict_is_chosen():
+    import math
+
     import torch
-    from transformers import DynamicCache
 
-    cache = DynamicCache()
-    for layer in range(2):
-        kv = torch.full((rows, 1, length, 4), value)
-        cache.update(kv, kv.clone(), layer)
-    return cache
-
-
-def test_rows_join_left_padded_and_leave_with_their_padding_cut():
-    import torch
-
-    batch = KVBatch()
-    old = [Slot(at=i, max_tokens=9, constraint=FakeConstraint(), prompt_tokens=3) for i in range(2)]
-    batch.join(old, _cache(2, 3, 1.0), torch.ones(2, 3, dtype=torch.long))
-    new = [Slot(at=2, max_tokens=9, constraint=FakeConstraint(), prompt_tokens=5)]
-    batch.join(new, _cache(1, 5, 2.0), torch.ones(1, 5, dtype=torch.long))
-    assert len(batch) == 3
-    assert batch.mask.tolist() == [[0, 0, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
-    for layer in batch.cache.layers:
-        assert layer.keys.shape == (3, 1, 5, 4)
-        assert layer.keys[0, 0, :2].abs().sum() == 0  # padding is zeros, masked anyway
-        assert torch.all(layer.values[2] == 2.0)
-
-    new[0].finish = "stop"
-    assert batch.drop_finished() == new
-    assert batch.mask.tolist() == [[1, 1, 1], [1, 1, 1]]  # all-padding columns are cut
-    assert all(layer.keys.shape == (2, 1, 3, 4) for layer in batch.cache.layers)
-    for slot in old:
-        slot.finish = "length"
-    assert batch.drop_finished() == old and len(batch) == 0
+    # Tokens: 0 the end, 1 "true", 2 "false", 3 "{", 4 " " (leads a literal), 5 other text.
+    literals = torch.tensor(
+        [[0, 1, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0], [1, 0, 0, 1, 0, 1]], dtype=torch.bool
+    )
+    verdict = Slot(max_tokens=8, constraint=AllowingConstraint({1, 2}), prompt_tokens=3)
+    text = Slot(max_tokens=8, constraint=AllowingConstraint({3, 5}), prompt_tokens=2)
+    processor = Constrained([verdict, text], OneWordGrammars(), {0}, 3, literals)
+    prompt = torch.tensor([[7, 7, 7], [9, 7, 7]])
+    scores = torch.tensor([[0.0, 2.0, 1.0, 5.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 3.0]])
+    out = processor(prompt, scores)
+    inf = float("-inf")
+    assert out.tolist() == [[inf, 2.0, 1.0, inf, inf, inf], [inf, inf, inf, 1.0, inf, 3.0]]
+    assert verdict.true_probs == [pytest.approx(1 / (1 + math.exp(-1.0)))]
+    assert text.true_probs == [] and verdict.tokens == []  # nothing chosen yet
+    # The next step: each row took its greedy token; an end token stops a row, which is then
+    # given only the end token, so that `generate()` counts it finished.
+    out = processor(torch.cat([prompt, torch.tensor([[1], [0]])], 1), scores)
+    assert verdict.tokens == [1] and verdict.constraint.advanced == [1]
+    assert text.finish == "stop" and text.constraint.advanced == []
+    assert out[1].tolist() == [0.0, inf, inf, inf, inf, inf]
+    assert len(verdict.true_probs) == 2
 
 
 def test_the_probability_of_true_is_computed_in_float32():
@@ -188,13 +143,13 @@ def test_options_are_checked_before_loading_anything():
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
         TransformersEngine("/nowhere", batch_size=0)
     with pytest.raises(
-        ValueError, match="compute must be one of auto, bfloat16, int8, float32, got 'fp8'"
+        ValueError, match="compute must be one of auto, bfloat16, float32, got 'fp8'"
     ):
         TransformersEngine("/nowhere", compute="fp8")
     with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
         TransformersEngine("/nowhere", threads=0)
-    with pytest.raises(ValueError, match="prefix_cache_mb must be >= 0, got -1"):
-        TransformersEngine("/nowhere", prefix_cache_mb=-1)
+    with pytest.raises(ValueError, match="batch_tokens must be >= 1, got 0"):
+        TransformersEngine("/nowhere", batch_tokens=0)
 
 
 # -- what the engine computes in (pure: CPU flags in, choice out) ---------------------------
@@ -208,7 +163,7 @@ EPYC = "fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16".split()
         (EPYC, "bfloat16"),  # AVX512-BF16: the measured machine
         (["avx2", "avx512f", "amx_bf16", "amx_tile"], "bfloat16"),  # Sapphire Rapids
         (["avx2", "avx512f", "avx512_vnni"], "float32"),  # Cascade Lake: no native bfloat16
-        (["avx2", "fma"], "float32"),  # int8 would be faster, but changes most replies
+        (["avx2", "fma"], "float32"),
         (["fp", "asimd", "bf16"], "float32"),  # an ARM CPU: not measured, the safe choice
         ([], "float32"),
     ],
@@ -232,12 +187,9 @@ def test_an_asked_compute_or_dtype_wins_over_the_cpu(monkeypatch):
     assert resolve_compute("auto", None, "cpu") == ("bfloat16", "the CPU has AVX512-BF16")
     monkeypatch.setattr(_compute, "cpu_flags", lambda: frozenset({"avx2"}))
     assert resolve_compute("auto", "auto", "cpu")[0] == "float32"
-    assert resolve_compute("int8", None, "cpu") == ("int8", f"asked for; {INT8_CAVEAT}")
     assert resolve_compute("float32", None, "cpu") == ("float32", "asked for")
     assert resolve_compute("auto", "float16", "cpu") == ("float16", "the dtype asked for")
     assert resolve_compute("auto", None, "cuda") == ("bfloat16", "the default on cuda")
-    with pytest.raises(ValueError, match="compute='int8' runs on a CPU only, got device='cuda'"):
-        resolve_compute("int8", None, "cuda")
 
 
 # -- the real default model on CPU --------------------------------------------------------
@@ -338,13 +290,10 @@ def test_context_recall_end_to_end(default_judge):
 
 
 @pytest.mark.slow
-def test_continuous_batching_gives_the_replies_of_one_request_at_a_time(engine):
-    # batch_size 2 for 5 requests: rows join and leave mid-flight, prompts of one source
-    # share a prefix, and schemas mix in one batch. Greedy decoding must not notice. No
-    # prefix store: each request alone must compute its whole prompt.
-    small = TransformersEngine(
-        engine.model_path, batch_size=2, compute="float32", prefix_cache_mb=0
-    )
+def test_batches_give_the_replies_of_one_request_at_a_time(engine):
+    # batch_size 2 for 5 requests: left-padded batches whose rows end at different steps,
+    # schemas mixed in one batch. Greedy decoding must not notice.
+    small = TransformersEngine(engine.model_path, batch_size=2, compute="float32")
     requests = [
         alignment_request(SOURCE, SUMMARY),
         questions_request(SOURCE, 2),
@@ -358,9 +307,7 @@ def test_continuous_batching_gives_the_replies_of_one_request_at_a_time(engine):
     assert [r.text for r in together] == [r.text for r in alone]
     assert [r.output_tokens for r in together] == [r.output_tokens for r in alone]
     assert [r.finish_reason for r in together] == [r.finish_reason for r in alone]
-    # The shared instructions and source were computed once, and the replies say so.
-    assert sum(r.cached_tokens for r in together) > 0
-    assert all(r.cached_tokens == 0 for r in alone)
+    assert [r.prompt_tokens for r in together] == [r.prompt_tokens for r in alone]
 
 
 @pytest.mark.slow
@@ -389,7 +336,7 @@ def test_the_head_computes_in_float32_whatever_the_body(default_judge):
     engine = default_judge
     import torch
 
-    assert engine.compute in ("bfloat16", "int8", "float32")
+    assert engine.compute in ("bfloat16", "float32")
     head = engine.model.get_output_embeddings()
     assert head.weight.dtype == torch.float32
     ids = engine.tokenizer("Is Paris in France? Answer yes or no.", return_tensors="pt")
@@ -442,7 +389,7 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
             engine._render(chat_for(request.messages, engine.system_role)),
             add_special_tokens=False,
         )["input_ids"]
-        (slot,) = engine._decode([request], [prompt])
+        (slot,) = engine._decode([request], [prompt], [0])
         assert slot.true_probs == [p]
         constraint, ids = grammars.start(request.schema), list(prompt)
         for token in slot.text_tokens:
@@ -464,111 +411,3 @@ def test_soft_verdicts_are_the_probability_of_true_where_the_judge_chose(smollm2
     for t, f in recomputed:
         assert t + f == pytest.approx(1.0, abs=1e-12)  # renormalised over the two literals
     assert logits.dtype == torch.float32  # the output layer runs in float32
-
-
-@pytest.mark.slow
-def test_chunked_prefill_gives_the_replies_of_one_pass(smollm2):
-    # Chunks of 48 tokens: every prompt here (~200-300 tokens) is prefilled in several chunks,
-    # its shared prefix too, and a group's tails in chunks of 48 / rows columns. bfloat16
-    # (the CPU default) rounds differently in chunks; float32 is the reference. No prefix
-    # store: the second wave would copy the first's prefixes instead of computing them.
-    engine = TransformersEngine(
-        smollm2.model_path, batch_size=2, compute="float32", prefix_cache_mb=0
-    )
-    requests = [
-        alignment_request(SOURCE, SUMMARY),
-        questions_request(SOURCE, 2),
-        alignment_request(SOURCE, "The bridge opened in 1950."),
-        claims_request(ANSWER),
-    ]
-    requests = [JudgeRequest(r.tag, r.messages, r.schema, 60) for r in requests]
-    whole = engine.generate(requests)
-    engine.prefill_chunk = 48
-    chunked = engine.generate(requests)
-    assert max(r.prompt_tokens for r in whole) > 4 * 48
-    assert [r.text for r in chunked] == [r.text for r in whole]
-    assert [r.output_tokens for r in chunked] == [r.output_tokens for r in whole]
-    assert sum(r.cached_tokens for r in chunked) > 0
-
-
-# A source of ~450 tokens, and verify-like calls: the verdict only, so replies are short.
-LONG_SOURCE = " ".join(
-    [
-        SOURCE,
-        "Construction began on January 5, 1933, and took just over four years.",
-        "The bridge was painted International Orange, a colour chosen by the consulting",
-        "architect Irving Morrow because it suited the natural setting and stood out in fog.",
-        "At its opening it had the longest main span of any suspension bridge in the world,",
-        "a record it held until 1964, when the Verrazzano-Narrows Bridge opened in New York.",
-        "Eleven workers died during its construction, ten of them in a single accident on",
-        "February 17, 1937, when a scaffold fell through the safety net under the deck.",
-        "The net itself saved the lives of nineteen men, who became known as the",
-        "Halfway to Hell Club. The two main cables are each 92 centimetres thick and contain",
-        "27,572 strands of wire. The towers rise 227 metres above the water. On its fiftieth",
-        "anniversary, in May 1987, about 300,000 people crowded onto the deck, which flattened",
-        "under their weight. Today around 112,000 vehicles cross the bridge every day, and a",
-        "toll is charged only to traffic heading south into San Francisco.",
-    ]
-)
-VERIFY_TASK = "Task: judge whether the source supports the claim below. Give the verdict only."
-
-
-class Supported(Verdict):
-    """A verify-like verdict: one boolean, so that a reply is a few tokens."""
-
-    supported: bool
-
-
-class Verify(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    verdict: Supported
-
-
-def verify_request(source: str, claim: str) -> JudgeRequest:
-    user = f"{fence('source', source)}\n\n{VERIFY_TASK}\n\n{fence('claim', claim)}"
-    return JudgeRequest("summarization.alignment", judge_chat(user), Verify, 40)
-
-
-@pytest.mark.slow
-def test_a_later_wave_reuses_the_stored_prefix_with_the_replies_of_none(smollm2):
-    # Wave 1 asks questions about two sources; wave 2 verifies claims against them: each
-    # prompt starts with the system message and its source. With the store, wave 2 copies
-    # that prefix from wave 1 and must give the replies, and the p, of an engine without it.
-    # The two sources have about the same length, so wave 1 computes them in one group whose
-    # head is the system message only: each source is stored from its member's row.
-    on = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32")
-    off = TransformersEngine(smollm2.model_path, batch_size=2, compute="float32", prefix_cache_mb=0)
-    sentences = LONG_SOURCE.split(". ")
-    other = ". ".join(sentences[::-1])  # other tokens after the system message
-    wave1 = [questions_request(LONG_SOURCE, 2), questions_request(other, 2)]
-    wave1 = [JudgeRequest(r.tag, r.messages, r.schema, 60) for r in wave1]
-    claims = [
-        "The bridge opened in 1937.",
-        "The towers rise 300 metres above the water.",
-        "Irving Morrow chose the colour of the bridge.",
-    ]
-    wave2 = [verify_request(LONG_SOURCE, c) for c in claims] + [verify_request(other, claims[0])]
-    replies = {
-        name: [e.generate(wave1), e.generate(wave2)] for name, e in (("on", on), ("off", off))
-    }
-
-    def encode(request: JudgeRequest) -> list[int]:
-        text = on._render(chat_for(request.messages, on.system_role))
-        return list(on.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    assert max(r.cached_tokens for r in replies["on"][0]) > 0, "wave 1 was one group"
-    for got, want in zip(replies["on"], replies["off"], strict=True):
-        assert [r.text for r in got] == [r.text for r in want]
-        assert [r.finish_reason for r in got] == [r.finish_reason for r in want]
-        assert [r.prompt_tokens for r in got] == [r.prompt_tokens for r in want]
-    verdicts = {name: [r.parsed.verdict for r in waves[1]] for name, waves in replies.items()}
-    assert [v.supported for v in verdicts["on"]] == [v.supported for v in verdicts["off"]]
-    assert all(v.p is not None for v in verdicts["off"])
-    assert [v.p for v in verdicts["on"]] == pytest.approx([v.p for v in verdicts["off"]], abs=1e-4)
-    # Every wave-2 prompt was served at least the prefix it shares with its source's wave-1
-    # prompt (the system message and the source); without the store, the first request of
-    # each source computed it.
-    shared = [common_prefix(encode(wave1[i > 2]), encode(r)) for i, r in enumerate(wave2)]
-    assert min(shared) > 400
-    assert all(r.cached_tokens >= n for r, n in zip(replies["on"][1], shared, strict=True))
-    assert sorted(r.cached_tokens for r in replies["off"][1])[:2] == [0, 0]

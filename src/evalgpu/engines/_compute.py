@@ -1,26 +1,15 @@
 """What the transformers engine computes in: chosen by what the CPU has, or forced.
 
-Three computes on a CPU, measured on a 2-core AMD EPYC with AVX512-BF16, one thread, on
+Two computes on a CPU, measured on a 2-core AMD EPYC with AVX512-BF16, one thread, on
 Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
 
-- **bfloat16**: the weights as stored. Prefill ~130-140 tok/s, a wave of 8 at 16 output
-  tok/s; 99.5 % of next-token choices are float32's, and most replies (5 to 8 of 8). Native
-  where the CPU has AVX512-BF16 or AMX; elsewhere it is emulated (on an AVX2-only EPYC one
-  wave had not finished after 14 minutes);
-- **int8**: every Linear of the body in int8 (`evalgpu.engines._int8`: int8 weights per
-  output channel, each token's activations quantized on its own; fbgemm kernels, AVX2). The
-  fastest here (21.5 tok/s, measured when activations were quantized per batch), but lossy:
-  on the AVX2-only EPYC, every reply of a wave of 8 differs from float32's, and 6.5 % of
-  next-token choices (with activations quantized per batch instead: 22 %, and 3 of 8 replies
-  invalid, in the same time). Per batch, its coverage axis agreed with people at chance on 120
-  RoSE rows (bfloat16: 0.23 on 60); per token, as float32 did on 60 (0.104 against 0.089).
-  And a row's replies can depend on the rows decoded beside it: per batch through the shared
-  scale (the same 60 AttributionBench rows gave balanced accuracy 0.48 in one run and 0.59 in
-  another); per token, because float32's rounding (~1e-5) differs with the batch's shape, and a
-  quantization step magnifies it. Only on request;
-- **float32**: the reference, and the fallback. Slow on this AMD CPU (prefill 22-38 tok/s, a
-  wave at 6 tok/s: its float32 matmuls do not take an AVX-512 path); on an AVX2-only EPYC
-  a wave at 5 tok/s, where int8 gives 10.6.
+- **bfloat16**: the weights as stored; 99.5 % of next-token choices are float32's, and most
+  replies. Native where the CPU has AVX512-BF16 or AMX; elsewhere it is emulated, and slower
+  than float32 by far;
+- **float32**: the reference, and the fallback where the CPU has no native bfloat16.
+
+(An int8 compute went with the engine's other speed machinery once vLLM's CPU build became the
+CPU default where it runs: it was lossy, and a row's replies depended on the rows beside it.)
 
 Whatever the body computes in, the last projection (`lm_head`) and the final norm compute in
 float32: in bfloat16, logits carry about 3 significant digits, so the probabilities of two
@@ -45,11 +34,8 @@ __all__ = [
     "resolve_compute",
 ]
 
-COMPUTES = ("auto", "bfloat16", "int8", "float32")
+COMPUTES = ("auto", "bfloat16", "float32")
 """The values of the engine's `compute` option."""
-
-INT8_CAVEAT = "lossy, and a row's replies can depend on the rows decoded beside it"
-"""What the load note says when int8 is asked for (see the module docstring)."""
 
 
 def cpu_threads(threads: int | None = None) -> int:
@@ -88,9 +74,7 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 def choose_cpu_compute(flags: Collection[str]) -> tuple[str, str]:
     """The compute for a CPU with these flags, and why (a few words for the load note).
 
-    bfloat16 where the CPU multiplies it natively (AMX or AVX512-BF16), else float32: int8 is
-    faster but changes every reply (see the module docstring), so it is never chosen for a
-    user; `compute="int8"` asks for it.
+    bfloat16 where the CPU multiplies it natively (AMX or AVX512-BF16), else float32.
     """
     if "amx_bf16" in flags:
         return "bfloat16", "the CPU has AMX-BF16"
@@ -100,15 +84,7 @@ def choose_cpu_compute(flags: Collection[str]) -> tuple[str, str]:
 
 
 def resolve_compute(compute: str, dtype: str | None, device: str) -> tuple[str, str]:
-    """The compute to load (a torch dtype name, or "int8") and why, for the engine's options.
-
-    Raises:
-        ValueError: int8 asked for on another device than the CPU.
-    """
-    if compute == "int8":
-        if device != "cpu":
-            raise ValueError(f"compute='int8' runs on a CPU only, got device={device!r}")
-        return compute, f"asked for; {INT8_CAVEAT}"
+    """The compute to load (a torch dtype name) and why, for the engine's options."""
     if compute != "auto":
         return compute, "asked for"
     if dtype not in (None, "auto"):
@@ -132,7 +108,7 @@ def _flags_from_torch() -> frozenset[str]:
 def load_model(
     model_path: str, compute: str, device: str, dtype: Any, attn_implementation: str | None = None
 ) -> Any:
-    """Load the model for `compute` ("bfloat16", "int8", "float32", or a torch dtype name).
+    """Load the model for `compute` ("bfloat16", "float32", or a torch dtype name).
 
     The model is first loaded in its stored dtype, which maps the weights file without reading
     it; a parameter that must change dtype is then read from the file into its new dtype, one
@@ -144,25 +120,19 @@ def load_model(
         model_path: a transformers model folder.
         compute: the resolved compute (not "auto").
         device: where the model runs.
-        dtype: the torch dtype of the body for computes other than int8.
+        dtype: the torch dtype of the body.
         attn_implementation: transformers' attention ("sdpa", "eager"; None: its default).
 
     Returns:
         The model, in eval mode on `device`, with a float32 head.
     """
-    import torch
     from transformers import AutoModelForCausalLM
 
     auto: Any = AutoModelForCausalLM
     model = auto.from_pretrained(model_path, dtype="auto", attn_implementation=attn_implementation)
     checkpoint = Checkpoint(Path(model_path))
-    if compute == "int8":
-        # Quantized one Linear at a time: a float32 copy of the whole body never exists.
-        _quantize_linears(model, checkpoint)
-        _cast(model, "", checkpoint, torch.float32)  # embeddings, norms and the head
-    else:
-        _cast(model, "", checkpoint, dtype)
-        model.config.dtype = dtype  # as `from_pretrained(dtype=...)` records it
+    _cast(model, "", checkpoint, dtype)
+    model.config.dtype = dtype  # as `from_pretrained(dtype=...)` records it
     _untie_head(model)
     _float32_head(model, checkpoint)
     return model.to(device).eval()
@@ -242,26 +212,3 @@ def _float32_head(model: Any, checkpoint: Checkpoint) -> None:
     for module in (head, norm) if norm is not None else (head,):
         _cast(module, names[id(module)], checkpoint, torch.float32)
         module.register_forward_pre_hook(to_float32)
-
-
-def _quantize_linears(model: Any, checkpoint: Checkpoint) -> None:
-    """Every Linear but `lm_head` replaced by an int8 Linear (`evalgpu.engines._int8`)."""
-    import torch
-
-    from evalgpu.engines._int8 import RowwiseInt8Linear
-
-    head = model.get_output_embeddings()
-    # Parents only: a list holding the Linear modules themselves would keep every float32
-    # copy alive until the end (measured: 9.1 GB peak instead of 6).
-    parents = [
-        (prefix, m)
-        for prefix, m in model.named_modules()
-        if any(type(c) is torch.nn.Linear for c in m.children())
-    ]
-    for prefix, parent in parents:
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear and child is not head:
-                linear: Any = child
-                _cast(linear, f"{prefix}.{name}" if prefix else name, checkpoint, torch.float32)
-                setattr(parent, name, RowwiseInt8Linear(linear))
-                del child, linear

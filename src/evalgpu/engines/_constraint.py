@@ -1,9 +1,9 @@
-"""Per-row JSON-schema constraints for the transformers engine's decode loop, by llguidance.
+"""Per-row JSON-schema constraints for the transformers engine, by llguidance.
 
-The decode loop (`evalgpu.engines._decode`) needs three things of a row's constraint: the
-tokens allowed next (as a bitmask row), to advance by the chosen token, and whether the reply
-is complete. `Constraint` is that interface; `Grammars` makes them, one compiled grammar per
-schema, over one tokenizer. Nothing else in the engine knows which library does the work, so a
+Its logits processor (`evalgpu.engines._decode.Constrained`) needs three things of a row's
+constraint: the tokens allowed next (as a bitmask row), to advance by the chosen token, and whether
+the reply is complete. `Constraint` is that interface; `Grammars` makes them, one compiled grammar
+per schema, over one tokenizer. Nothing else in the engine knows which library does the work, so a
 swap of backend stays in this file.
 
 Why llguidance and not outlines-core's `Index`. outlines-core compiles a schema eagerly into a

@@ -1,22 +1,20 @@
-"""The transformers engine: constrained decoding over a transformers model (CPU default).
+"""The transformers engine: constrained decoding over a transformers model, where vLLM cannot run.
 
 A thin adapter, like outlines' own backend files: `chat_for` (the chat a model's template can
 take), and `TransformersEngine`, which loads the model and tokenizer, renders and tokenizes the
-prompts, refuses those over the context length, hands the rest to the decode loop
-(`evalgpu.engines._decode`: continuous batching, shared-prefix prefill, one constraint per
-row) with its prefix store (`evalgpu.engines._prefix`: a source's prefix computed in one wave
-serves the next waves) and turns the finished slots into replies with `reply_from_text`, like
-every engine.
+prompts, refuses those over the context length, decodes the rest with transformers' own
+`generate()` (greedy, in batches of similar length, each row constrained by its schema through
+a logits processor, `evalgpu.engines._decode.Constrained`) and turns each row into a reply with
+`reply_from_text`, like every engine. Speed is vLLM's business (continuous batching, a prefix
+cache): where it runs, `backend="auto"` picks it (engines/README.md).
 The constraints come from llguidance (`evalgpu.engines._constraint`), the grammar engine of
-outlines' llguidance backend, driven directly: it compiles a schema lazily, in milliseconds,
-where outlines-core's eager index took minutes and gigabytes on a 151k-token vocabulary.
-Soft verdicts: the loop records p(true) where a row chooses a boolean verdict, and the reply
-attaches it to the parsed verdicts (`evalgpu.verdicts.attach_p`).
+outlines' llguidance backend and of vLLM's guidance backend: it compiles a schema lazily, in
+milliseconds. Soft verdicts: the processor records p(true) where a row chooses a boolean
+verdict, and the reply attaches it to the parsed verdicts (`evalgpu.verdicts.attach_p`).
 """
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Sequence
 from typing import Any, cast
@@ -25,10 +23,8 @@ from pydantic import BaseModel
 
 from evalgpu.engines._compute import COMPUTES, cpu_threads, load_model, resolve_compute
 from evalgpu.engines._constraint import Grammars
-from evalgpu.engines._decode import Decoder, Slot, literal_masks
-from evalgpu.engines._heap import map_large_blocks
+from evalgpu.engines._decode import Constrained, Slot, literal_masks
 from evalgpu.engines._parse import reply_from_text
-from evalgpu.engines._prefix import PrefixStore, auto_budget
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
 
@@ -57,10 +53,10 @@ class TransformersEngine:
 
     Args:
         model_path: a transformers model folder (see `evalgpu.models.resolve_model`).
-        batch_size: rows decoded together; requests of any schema share them.
+        batch_size: rows decoded together (at most: a batch also holds at most
+            `batch_tokens` padded prompt tokens); requests of any schema share them.
         compute: what the model computes in: "auto" (on a CPU, by what it has: see
-            `evalgpu.engines._compute.choose_cpu_compute`; on a GPU, `dtype`), or one of
-            "bfloat16", "int8" (int8 Linear layers, activations per token, CPU only),
+            `evalgpu.engines._compute.choose_cpu_compute`; on a GPU, `dtype`), "bfloat16" or
             "float32". The head (`lm_head`) computes in float32 whatever the body's compute.
             The engine's `compute` attribute says what was picked, and loading prints it on
             stderr.
@@ -77,19 +73,9 @@ class TransformersEngine:
             a request over it gets an error reply instead of a crash.
         chat_template_kwargs: extra variables for the chat template (Qwen3's
             `enable_thinking=False`).
-        seed: set before every wave (decoding is greedy; the seed pins any tie-breaking).
-        prefill_tokens: padded prompt tokens of one prefill group (its rows x its longest
-            remainder after the shared prefix): bounds the KV cache copied per group.
-        prefill_chunk: tokens of one prefill forward pass: a longer prompt (or group) is
-            computed in chunks appended to the KV cache, so that activations and attention
-            scores are bounded by chunk x length, not length x length (see
-            `evalgpu.engines._decode.chunk_spans`). Replies are the same up to float rounding.
-        prefix_cache_mb: the byte budget, in MiB, of the prefix store, which keeps the KV
-            caches of prompt prefixes across `generate` calls (`evalgpu.engines._prefix`:
-            a source's prefix is computed once for the questions wave and the verify wave
-            after it); None: a quarter of the memory available once the model is loaded
-            (`evalgpu.engines._prefix.auto_budget`); 0 turns it off. Replies are the same
-            up to float rounding.
+        seed: set before every batch (decoding is greedy; the seed pins any tie-breaking).
+        batch_tokens: padded prompt tokens of one batch (its rows x its longest prompt):
+            bounds the prefill's activations and KV cache; a longer prompt goes alone.
     """
 
     name = "transformers"
@@ -107,18 +93,14 @@ class TransformersEngine:
         max_model_len: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
-        prefill_tokens: int = 8192,
-        prefill_chunk: int = 1024,
-        prefix_cache_mb: int | None = None,
+        batch_tokens: int = 16384,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if compute not in COMPUTES:
             raise ValueError(f"compute must be one of {', '.join(COMPUTES)}, got {compute!r}")
-        if prefill_chunk < 1:
-            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        if prefix_cache_mb is not None and prefix_cache_mb < 0:
-            raise ValueError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
         threads = cpu_threads(threads)
         import torch
         from transformers import AutoTokenizer
@@ -128,13 +110,11 @@ class TransformersEngine:
         self.threads = threads
         if self.device == "cpu":
             torch.set_num_threads(self.threads)
-            map_large_blocks()  # KV caches reallocated every step: see evalgpu.engines._heap
-        torch_dtype = getattr(torch, "float32" if self.compute == "int8" else self.compute)
+        torch_dtype = getattr(torch, self.compute)
         self.model_path = str(model_path)
         self.batch_size = batch_size
         self.seed = seed
-        self.prefill_tokens = prefill_tokens
-        self.prefill_chunk = prefill_chunk
+        self.batch_tokens = batch_tokens
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.tokenizer: Any = cast(Any, AutoTokenizer.from_pretrained(model_path))
         self.tokenizer.padding_side = "left"
@@ -147,8 +127,6 @@ class TransformersEngine:
             torch_dtype,
             attn_implementation,
         )
-        budget = auto_budget(self.device) if prefix_cache_mb is None else prefix_cache_mb << 20
-        self.prefix_store = PrefixStore(budget) if budget else None
         on = f"{self.threads} thread(s)" if self.device == "cpu" else self.device
         print(
             f"evalgpu: transformers engine computes in {self.compute} ({why}), on {on}",
@@ -159,10 +137,6 @@ class TransformersEngine:
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {self.tokenizer.eos_token_id, *(e for e in eos if e is not None)}
         self.system_role = self._template_keeps_system()
-        # transformers 5.x renamed `past_key_values` to `cache` (the old name still works,
-        # with a warning).
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` alone (no special tokens): lets a sweep name a too-long field."""
@@ -198,13 +172,8 @@ class TransformersEngine:
         """
         return self.grammars().grammar(schema)
 
-    def reset_prefix_cache(self) -> None:
-        """Forget every stored prompt prefix (benchmarks: each mode starts cold)."""
-        if self.prefix_store is not None:
-            self.prefix_store.clear()
-
     def generate(self, requests: Sequence[JudgeRequest]) -> list[JudgeReply]:
-        """Answer every request, in order (see the module docstring for how it batches)."""
+        """Answer every request, in order (see the module docstring)."""
         if not requests:
             return []
         # The chat template writes the special tokens itself (a BOS, for Llama).
@@ -221,31 +190,44 @@ class TransformersEngine:
                 )
                 replies[i] = JudgeReply(None, "", len(ids), 0, 0, "error", message, "too_long")
         fitting = [i for i, reply in enumerate(replies) if reply is None]
-        for slot in self._decode([requests[i] for i in fitting], [encoded[i] for i in fitting]):
-            i = fitting[slot.at]
-            if slot.error is not None:
-                message = f"constrained decoding failed: {slot.error}"
-                replies[i] = JudgeReply(
-                    None,
-                    "",
-                    slot.prompt_tokens,
-                    len(slot.tokens),
-                    slot.cached,
-                    "error",
-                    message,
-                    "engine",
-                )
-                continue
-            replies[i] = reply_from_text(
-                requests[i],
-                self.tokenizer.decode(slot.text_tokens, skip_special_tokens=False),
-                prompt_tokens=slot.prompt_tokens,
-                output_tokens=len(slot.tokens),
-                cached_tokens=slot.cached,
-                finish_reason=slot.finish or "length",
-                true_probs=slot.true_probs,
-            )
+        for request in requests:
+            self.index(request.schema)  # a schema that does not compile fails before decoding
+        for batch in self._batches(fitting, encoded):
+            for i, slot in zip(batch, self._decode(requests, encoded, batch), strict=True):
+                replies[i] = self._reply(requests[i], slot)
         return cast(list[JudgeReply], replies)
+
+    def _batches(self, fitting: list[int], encoded: list[list[int]]) -> list[list[int]]:
+        """`fitting` in batches of similar length (sorted: little padding), each of at most
+        `batch_size` rows and `batch_tokens` padded tokens (a longer prompt goes alone)."""
+        batches: list[list[int]] = []
+        for i in sorted(fitting, key=lambda i: len(encoded[i])):
+            batch = batches[-1] if batches else None
+            if (
+                batch is None
+                or len(batch) >= self.batch_size
+                or (len(batch) + 1) * len(encoded[i]) > self.batch_tokens
+            ):
+                batches.append([i])
+            else:
+                batch.append(i)
+        return batches
+
+    def _reply(self, request: JudgeRequest, slot: Slot) -> JudgeReply:
+        """The reply of one decoded row: parsed and validated, or an engine error."""
+        if slot.error is not None:
+            message = f"constrained decoding failed: {slot.error}"
+            tokens = slot.prompt_tokens, len(slot.tokens), 0
+            return JudgeReply(None, "", *tokens, "error", message, "engine")
+        return reply_from_text(
+            request,
+            self.tokenizer.decode(slot.text_tokens, skip_special_tokens=False),
+            prompt_tokens=slot.prompt_tokens,
+            output_tokens=len(slot.tokens),
+            cached_tokens=0,
+            finish_reason=slot.finish or "length",
+            true_probs=slot.true_probs,
+        )
 
     def _literal_masks(self) -> Any:
         """Which tokens start `true` / `false` (`literal_masks`), built on first use."""
@@ -256,26 +238,45 @@ class TransformersEngine:
             masks = self.__dict__["_literals"] = literal_masks(self.tokenizer, size)
         return masks
 
-    def _decode(self, requests: list[JudgeRequest], encoded: list[list[int]]) -> list[Slot]:
-        """Greedy constrained decoding of every request (`evalgpu.engines._decode`)."""
-        decoder = Decoder(
-            self.model,
-            self.tokenizer,
-            self.grammars(),
-            device=self.device,
-            eos_ids=self.eos_ids,
-            cache_arg=self._cache_arg,
-            batch_size=self.batch_size,
-            prefill_tokens=self.prefill_tokens,
-            prefill_chunk=self.prefill_chunk,
-            seed=self.seed,
-            literals=self._literal_masks()
-            if any(has_soft_verdicts(r.schema) for r in requests)
-            else None,
-            prefix_store=self.prefix_store,
+    def _decode(
+        self, requests: Sequence[JudgeRequest], encoded: list[list[int]], batch: list[int]
+    ) -> list[Slot]:
+        """Greedy constrained decoding of the requests of `batch` with `model.generate()`."""
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        rows = [requests[i] for i in batch]
+        slots = [
+            Slot(r.max_tokens, self.grammars().start(r.schema), len(encoded[i]))
+            for r, i in zip(rows, batch, strict=True)
+        ]
+        inputs = self.tokenizer.pad(
+            {"input_ids": [encoded[i] for i in batch]}, return_tensors="pt"
+        ).to(self.device)
+        length = int(inputs["input_ids"].shape[1])
+        soft = any(has_soft_verdicts(r.schema) for r in rows)
+        processor = Constrained(
+            slots, self.grammars(), self.eos_ids, length, self._literal_masks() if soft else None
         )
-        if self.prefix_store is not None:
-            self.prefix_store.new_wave()  # one wave per generate: old entries expire
-        for request in requests:
-            self.index(request.schema)  # a schema that does not compile fails before decoding
-        return decoder.run(encoded, [r.max_tokens for r in requests], [r.schema for r in requests])
+        # A config of its own: the model's (Qwen's samples, with a repetition penalty) would
+        # change the scores the judge is read from.
+        config = cast(Any, GenerationConfig)(
+            max_new_tokens=max(r.max_tokens for r in rows) + 1,  # +1: the end token after
+            do_sample=False,  # a row's own max_tokens, which `Constrained` forces
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        torch.manual_seed(self.seed)
+        with torch.inference_mode():
+            out = self.model.generate(
+                **inputs,
+                generation_config=config,
+                logits_processor=LogitsProcessorList([processor]),
+            )
+        # The last token chosen: `generate()` stops before showing it to the processor.
+        for slot, ids in zip(slots, out[:, length:].tolist(), strict=True):
+            for token in ids[len(slot.tokens) :]:
+                if slot.finish is None:
+                    slot.take(int(token), self.eos_ids)
+            slot.finish = slot.finish or "length"
+        return slots

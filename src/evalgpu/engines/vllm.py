@@ -56,7 +56,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
@@ -379,7 +379,7 @@ class VLLMEngine:
         try:
             outputs: list[RequestOutput | Rejection] = list(
                 self.llm.chat(
-                    conversations,
+                    cast(Any, conversations),
                     sampling_params=[sampling_params(s) for s in settings],
                     use_tqdm=False,
                     chat_template_kwargs=self.chat_template_kwargs,
