@@ -311,6 +311,27 @@ def test_batches_give_the_replies_of_one_request_at_a_time(engine):
 
 
 @pytest.mark.slow
+def test_the_models_own_generation_settings_do_not_reach_the_judge(engine, tmp_path):
+    # A chat model's generation_config.json may ask for a repetition penalty, banned n-grams or
+    # sampling; transformers fills what a call leaves unset from it. The judge's replies must
+    # be those of a model folder without them.
+    import json
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(engine.model_path, folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    config.update(repetition_penalty=1.5, no_repeat_ngram_size=2, do_sample=True, top_k=3)
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    tuned = TransformersEngine(str(folder), compute="float32")
+    requests = [questions_request(SOURCE, 2), coverage_request(SUMMARY, "Did it open in 1937?")]
+    requests = [JudgeRequest(r.tag, r.messages, r.schema, 60) for r in requests]
+    got, want = tuned.generate(requests), engine.generate(requests)
+    assert [r.text for r in got] == [r.text for r in want]
+    assert [r.parsed.p for r in got[1:]] == [r.parsed.p for r in want[1:]]
+
+
+@pytest.mark.slow
 def test_a_reply_cut_by_max_tokens_is_reported_as_length(engine):
     request = questions_request(SOURCE, 2)
     cut = JudgeRequest(request.tag, request.messages, request.schema, max_tokens=4)

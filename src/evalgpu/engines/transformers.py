@@ -103,7 +103,7 @@ class TransformersEngine:
             raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
         threads = cpu_threads(threads)
         import torch
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer, GenerationConfig
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.compute, why = resolve_compute(compute, dtype, self.device)
@@ -136,6 +136,12 @@ class TransformersEngine:
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, list) else [eos]
         self.eos_ids = {self.tokenizer.eos_token_id, *(e for e in eos if e is not None)}
+        # The model's own generation settings go: transformers fills what a call leaves unset
+        # from them, and a repetition penalty or banned words (a chat model's defaults) would
+        # change the scores a verdict's p is read from.
+        self.model.generation_config = cast(Any, GenerationConfig)(
+            eos_token_id=sorted(self.eos_ids), pad_token_id=self.tokenizer.pad_token_id
+        )
         self.system_role = self._template_keeps_system()
 
     def count_tokens(self, text: str) -> int:
@@ -258,8 +264,6 @@ class TransformersEngine:
         processor = Constrained(
             slots, self.grammars(), self.eos_ids, length, self._literal_masks() if soft else None
         )
-        # A config of its own: the model's (Qwen's samples, with a repetition penalty) would
-        # change the scores the judge is read from.
         config = cast(Any, GenerationConfig)(
             max_new_tokens=max(r.max_tokens for r in rows) + 1,  # +1: the end token after
             do_sample=False,  # a row's own max_tokens, which `Constrained` forces
