@@ -163,8 +163,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the judge's CPU threads, for the transformers engine and vLLM's CPU build "
         "(default: every core this process may use). On a machine whose other processes keep "
-        "cores busy, give the cores left free: threads wait for each other at every step, and "
-        "2 threads beside one busy process ran several times slower than 1 (docs/BENCHMARKS.md)",
+        "cores busy, give the cores left free: threads wait for each other at every step (on "
+        "2 cores beside one busy process, vLLM's CPU build ran 4 %% slower with 2 threads than "
+        "with 1, the transformers engine several times slower; docs/BENCHMARKS.md)",
     )
     run.add_argument(
         "--batch-size",
