@@ -51,7 +51,6 @@ import glob
 import json
 import math
 import os
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -64,6 +63,7 @@ from pydantic import BaseModel
 from evalgpu.engines._compute import cpu_threads
 from evalgpu.engines._constraint import JSON_OPTIONS, schema_text
 from evalgpu.engines._parse import literal_class, literal_starts, reply_from_text, soft_probability
+from evalgpu.engines._reaper import descendants, watch
 from evalgpu.engines.base import ErrorKind, JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
 
@@ -328,11 +328,11 @@ class VLLMEngine:
             bind["VLLM_CPU_OMP_THREADS_BIND"] = _core_list(cores)
         if cpu:
             bind.update(_allocator())
-        before = {pid for pid, _ in _descendants(os.getpid())}
+        before = {pid for pid, _ in descendants(os.getpid())}
         with _environment(bind):  # read by vLLM's engine process, started here
             self.llm: LLM = LLM(self.model_path, **options)
-        started = [p for p in _descendants(os.getpid()) if p[0] not in before]
-        self._watchdog = _kill_with_this_process(started)
+        # Its engine processes die with this one, even killed (`evalgpu.engines._reaper`).
+        self._watchdog = watch([p for p in descendants(os.getpid()) if p[0] not in before])
         self.max_model_len: int = int(self.llm.llm_engine.model_config.max_model_len)
         """Prompt plus reply tokens the engine holds (the runner checks sources against it)."""
         self._tokenizer: Any = self.llm.get_tokenizer()
@@ -449,63 +449,6 @@ def rejection_kind(exc: BaseException) -> ErrorKind:
     no parameter is recognised by the engine, which counts the prompt itself.
     """
     return "too_long" if getattr(exc, "parameter", None) in TOO_LONG_PARAMETERS else "engine"
-
-
-def _descendants(pid: int) -> list[tuple[int, str]]:
-    """Every living descendant of `pid`, as (pid, start time) from /proc (Linux; else none)."""
-    parents: dict[int, list[tuple[int, str]]] = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(stat) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        child = int(stat.split("/")[2])
-        parents.setdefault(int(fields[1]), []).append((child, fields[19]))
-    found: list[tuple[int, str]] = []
-    todo = [pid]
-    while todo:
-        for process in parents.get(todo.pop(), []):
-            found.append(process)
-            todo.append(process[0])
-    return found
-
-
-_WATCHDOG = """\
-import os, signal, sys, time
-parent, targets = int(sys.argv[1]), [a.split(":") for a in sys.argv[2:]]
-while os.getppid() == parent:
-    time.sleep(1)
-for pid, start in targets:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[19] == start:
-                os.kill(int(pid), signal.SIGKILL)
-    except (OSError, IndexError):
-        pass
-"""
-
-
-def _kill_with_this_process(processes: list[tuple[int, str]]) -> subprocess.Popen[bytes] | None:
-    """A watchdog process that SIGKILLs `processes` (pid, start time) once this process dies.
-
-    vLLM stops its engine processes when the `LLM` is closed or this process exits, but a
-    killed process (kill -9, the OOM killer) runs nothing: vLLM's engine core, started by spawn
-    on a CPU build, then waits forever for requests and its worker keeps its memory and a core
-    (measured: both alive 18 minutes after a kill -9, the resumed run beside them at half
-    speed). The watchdog checks each start time, so that a pid the system reused is spared.
-    `close()` stops it.
-    """
-    if not processes or not sys.platform.startswith("linux"):
-        return None
-    targets = [f"{pid}:{start}" for pid, start in processes]
-    return subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), *targets],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # not in this process's group: a Ctrl-C leaves it to its work
-    )
 
 
 def _core_list(count: int) -> str:
