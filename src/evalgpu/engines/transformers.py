@@ -196,8 +196,8 @@ class TransformersEngine:
                 )
                 replies[i] = JudgeReply(None, "", len(ids), 0, 0, "error", message, "too_long")
         fitting = [i for i, reply in enumerate(replies) if reply is None]
-        for request in requests:
-            self.index(request.schema)  # a schema that does not compile fails before decoding
+        for i in fitting:
+            self.index(requests[i].schema)  # a schema that does not compile fails before decoding
         for batch in self._batches(fitting, encoded):
             for i, slot in zip(batch, self._decode(requests, encoded, batch), strict=True):
                 replies[i] = self._reply(requests[i], slot)
@@ -251,9 +251,9 @@ class TransformersEngine:
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
-        rows = [requests[i] for i in batch]
+        rows, grammars = [requests[i] for i in batch], self.grammars()
         slots = [
-            Slot(r.max_tokens, self.grammars().start(r.schema), len(encoded[i]))
+            Slot(r.max_tokens, grammars.start(r.schema), len(encoded[i]))
             for r, i in zip(rows, batch, strict=True)
         ]
         inputs = self.tokenizer.pad(
@@ -262,13 +262,12 @@ class TransformersEngine:
         length = int(inputs["input_ids"].shape[1])
         soft = any(has_soft_verdicts(r.schema) for r in rows)
         processor = Constrained(
-            slots, self.grammars(), self.eos_ids, length, self._literal_masks() if soft else None
+            slots, grammars, self.eos_ids, length, self._literal_masks() if soft else None
         )
+        # The end and pad tokens come from the model's generation config, the engine's own.
         config = cast(Any, GenerationConfig)(
             max_new_tokens=max(r.max_tokens for r in rows) + 1,  # +1: the end token after
             do_sample=False,  # a row's own max_tokens, which `Constrained` forces
-            eos_token_id=sorted(self.eos_ids),
-            pad_token_id=self.tokenizer.pad_token_id,
         )
         torch.manual_seed(self.seed)
         with torch.inference_mode():
