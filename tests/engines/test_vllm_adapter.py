@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import evalgpu.engines.vllm as vllm_module
 from evalgpu.engines._constraint import JSON_OPTIONS
 from evalgpu.engines.vllm import (
     CPU_KV_CACHE_GIB,
@@ -376,6 +377,28 @@ def test_on_vllms_cpu_build_it_runs_eager_with_a_bounded_cache(fake_vllm, monkey
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")  # vLLM reads it: the engine adds nothing
     assert "kv_cache_memory_bytes" not in VLLMEngine("m").llm.options
     assert VLLMEngine("m", enforce_eager=False).llm.options["enforce_eager"] is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype"),
+    [
+        ({"avx2", "avx512_bf16"}, "bfloat16"),
+        ({"avx2", "amx_bf16"}, "bfloat16"),
+        ({"avx2"}, "float32"),
+    ],
+)
+def test_on_vllms_cpu_build_auto_computes_in_bfloat16_only_where_the_cpu_has_it(
+    fake_vllm, monkeypatch, capsys, flags, dtype
+):
+    monkeypatch.setattr(sys.modules["vllm.platforms"].current_platform, "is_cpu", lambda: True)
+    monkeypatch.setattr(vllm_module, "cpu_flags", lambda: frozenset(flags))
+    engine = VLLMEngine("m")
+    assert (engine.llm.options["dtype"], engine.dtype) == (dtype, dtype)
+    assert f"computes in {dtype}" in capsys.readouterr().err
+    # A dtype the user names is kept, and a GPU keeps vLLM's own "auto" (the model's dtype).
+    assert VLLMEngine("m", dtype="float32").llm.options["dtype"] == "float32"
+    monkeypatch.setattr(sys.modules["vllm.platforms"].current_platform, "is_cpu", lambda: False)
+    assert VLLMEngine("m").llm.options["dtype"] == "auto"
 
 
 class BindingLLM(FakeLLM):

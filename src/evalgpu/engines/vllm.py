@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from evalgpu.engines._compute import cpu_threads
+from evalgpu.engines._compute import choose_cpu_compute, cpu_flags, cpu_threads
 from evalgpu.engines._constraint import JSON_OPTIONS, schema_text
 from evalgpu.engines._parse import literal_class, literal_starts, reply_from_text, soft_probability
 from evalgpu.engines._reaper import descendants, watch
@@ -226,7 +226,11 @@ class VLLMEngine:
         gpu_memory_utilization: share of each GPU's memory vLLM may take (weights and KV
             cache), in (0, 1].
         max_model_len: context length (prompt plus reply); None takes the model's own.
-        dtype: "auto", "bfloat16", "float16" or "float32" (use float32 on a CPU build).
+        dtype: "auto", "bfloat16", "float16" or "float32". "auto" on vLLM's CPU build is the
+            transformers engine's rule (`evalgpu.engines._compute.choose_cpu_compute`):
+            bfloat16 where the CPU multiplies it natively (AMX, AVX512-BF16), else float32,
+            since bfloat16 elsewhere is emulated and oneDNN refuses its matmuls; on a GPU,
+            vLLM's own "auto" (the model's dtype). Loading says which on stderr.
         quantization: a vLLM quantization method such as "awq" or "fp8", or None.
         chat_template_kwargs: passed to the chat template (for example
             `{"enable_thinking": False}` for models that think by default).
@@ -302,6 +306,11 @@ class VLLMEngine:
         """The CPU cores the model computes on (None on a GPU)."""
         if enforce_eager is None:
             enforce_eager = cpu
+        if cpu and dtype == "auto":
+            dtype, why = choose_cpu_compute(cpu_flags())
+            print(f"evalgpu: vLLM's CPU build computes in {dtype} ({why})", file=sys.stderr)
+        self.dtype = dtype
+        """The dtype vLLM was started with ("auto" on a GPU: the model's own)."""
         if cpu and "kv_cache_memory_bytes" not in llm_kwargs:
             # vLLM's CPU build otherwise sizes its cache from gpu_memory_utilization: 90 % of RAM.
             if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
