@@ -37,6 +37,7 @@ __all__ = [
     "MARKER",
     "SMALL_MODEL",
     "Preset",
+    "calibration_for",
     "list_presets",
     "load_preset",
     "models_dir",
@@ -91,6 +92,10 @@ class Preset:
     verdicts: str | None = None
     """The verdict mode measured to agree best with people for this judge ("hard" or "soft"),
     the scorers' default with it (`verdicts_for`); None: the reference's "hard"."""
+    calibration: Path | None = None
+    """The calibration file fitted for this judge (`evalgpu.calibration`), the scorers' default
+    with it (`calibration_for`); the TOML names it relative to the preset file. None: the
+    judge's own verdicts."""
 
     @property
     def folder(self) -> Path:
@@ -124,6 +129,7 @@ def load_preset(path: Path) -> Preset:
             options=dict(data.get("options", {})),
             backend_options={b: dict(data[b]) for b in ("vllm", "transformers") if b in data},
             verdicts=data.get("verdicts"),
+            calibration=path.parent / data["calibration"] if "calibration" in data else None,
         )
     except KeyError as exc:
         raise ValueError(f"preset {path}: missing key {exc.args[0]!r}") from exc
@@ -170,6 +176,13 @@ def verdicts_for(engine: Any) -> tuple[str, str]:
     if preset is not None and preset.verdicts is not None:
         return preset.verdicts, f"the measured default of preset {preset.name}"
     return "hard", "the reference's default"
+
+
+def calibration_for(engine: Any) -> Path | None:
+    """The calibration file of the engine's preset (`Preset.calibration`), if it names one."""
+    path = getattr(engine, "model_path", None)
+    preset = None if path is None else preset_for(path)
+    return None if preset is None else preset.calibration
 
 
 def resolve_model(model: str | os.PathLike[str] | None = None) -> Path:

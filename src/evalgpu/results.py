@@ -105,6 +105,9 @@ class ScoreResult(BaseModel):
     """Why `error` is set: "input" | "too_long" | "invalid_reply" | "engine" (see
     `ErrorKind`); None when there is no error. An error given without a kind is "input"."""
     usage: Usage = Field(default_factory=Usage)
+    calibration: str | None = None
+    """The name of the calibration its verdicts went through (`evalgpu.calibration`); None:
+    the judge's own p and verdicts."""
     version: int = RESULT_VERSION
 
     @model_validator(mode="after")
@@ -138,5 +141,6 @@ def make_record(base: dict[str, Any], result: ScoreResult) -> Record:
         "usage": result.usage.model_dump(),
         "error": result.error,
         "errorKind": result.error_kind,
+        "calibration": result.calibration,
         "version": result.version,
     }

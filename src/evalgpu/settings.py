@@ -15,6 +15,7 @@ from typing import Any
 
 from evalgpu._factory import call_factory
 from evalgpu._options import check_count, check_scale
+from evalgpu.calibration import load_calibration
 from evalgpu.driver import CHUNK_SECONDS
 from evalgpu.engines import COMPUTES, ENGINE_OPTIONS
 from evalgpu.engines.base import Engine
@@ -58,6 +59,8 @@ class RunSettings:
     compute: str | None = None
     threads: int | None = None
     batch_size: int | None = None
+    calibration: str | None = None
+    """A calibration file, "none" for the judge's own verdicts, or None for its preset's."""
 
     def __post_init__(self) -> None:
         # Normalise first, then check (vLLM's SamplingParams order).
@@ -85,6 +88,8 @@ class RunSettings:
         for name in ("threads", "batch_size"):
             if getattr(self, name) is not None:
                 check_count(name, getattr(self, name))
+        if self.calibration not in (None, "none"):
+            load_calibration(Path(self.calibration))  # a bad file is a usage error, here
         refused = [
             name
             for name in self.engine_options()
@@ -112,7 +117,12 @@ class RunSettings:
                 a `module:factory` cannot be imported.
             TypeError: a factory returned something else than a `Scorer`.
         """
-        options: dict[str, Any] = {"scale": self.scale, "verdicts": self.verdicts}
+        calibration = False if self.calibration == "none" else self.calibration
+        options: dict[str, Any] = {
+            "scale": self.scale,
+            "verdicts": self.verdicts,
+            "calibration": calibration,
+        }
         scorers: list[Scorer] = []
         for name in self.scorers:
             if name == "summarization":

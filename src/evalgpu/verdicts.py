@@ -54,6 +54,7 @@ __all__ = [
     "distinct",
     "has_soft_verdicts",
     "mean_p",
+    "p_fields",
     "questions_schema",
 ]
 
@@ -87,9 +88,12 @@ class Verdict(BaseModel):
     p: SkipJsonSchema[float | None] = None
     """The judge's probability of `true` at the boolean's token, renormalised over `true` and
     `false`; None when the engine cannot read it. Not in the JSON schema: the judge never
-    writes it, the engine sets it after parsing (`attach_p`)."""
+    writes it, the engine sets it after parsing (`attach_p`). Calibrated when a calibration
+    maps this kind of check (`evalgpu.calibration`)."""
+    p_raw: SkipJsonSchema[float | None] = None
+    """The judge's own p where `p` is calibrated; None when it is not."""
 
-    @field_validator("p", mode="before")
+    @field_validator("p", "p_raw", mode="before")
     @classmethod
     def _not_from_the_reply(cls, value: Any) -> None:
         # Validation only ever sees reply text; an engine sets `p` by assignment.
@@ -285,6 +289,13 @@ def distinct(items: Sequence[T], key: Callable[[T], str] = str) -> tuple[list[T]
             seen.add(text)
             kept.append(item)
     return kept, len(items) - len(kept)
+
+
+def p_fields(verdict: Verdict) -> dict[str, float | None]:
+    """A verdict's `p` for its record entry, and `p_raw` beside it where `p` is calibrated."""
+    if verdict.p_raw is None:
+        return {"p": verdict.p}
+    return {"p": verdict.p, "p_raw": verdict.p_raw}
 
 
 def mean_p(verdicts: Sequence[dict[str, Any]]) -> float | None:

@@ -14,13 +14,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from evalgpu.calibration import Calibration, CalibrationSpec, calibrated, load_calibration
 from evalgpu.engines.base import Engine
 from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.rows import Fields
 from evalgpu.runner import Runner
 from evalgpu.verdicts import VerdictMode
 
-__all__ = ["Scorer", "callable_name", "digest", "resolve_engine", "resolve_verdicts"]
+__all__ = [
+    "Scorer",
+    "callable_name",
+    "digest",
+    "resolve_calibration",
+    "resolve_engine",
+    "resolve_verdicts",
+]
 
 
 def resolve_engine(model: Any) -> Engine:
@@ -53,6 +61,9 @@ class Scorer:
     """`(row) -> Steps`: reads and checks the row's fields, then its judge steps."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """The options that change scores (recorded in an output folder's configuration)."""
+    calibration: Calibration | None = None
+    """The map its verdicts go through before `steps_fn` reads them (`evalgpu.calibration`);
+    None: the judge's own. A factory records it in `options` too."""
 
     def steps(self, row: Fields | Mapping[str, Any]) -> Steps:
         """The judge steps for one row (the runner drives them): its `Fields`, or a dict of them.
@@ -61,7 +72,8 @@ class Scorer:
         datasets where every row has its own: it replaces the scorer's option of the same
         name for this row (an extractor still applies to agent-shaped runs).
         """
-        return self.steps_fn(row if isinstance(row, Fields) else Fields(row))
+        steps = self.steps_fn(row if isinstance(row, Fields) else Fields(row))
+        return steps if self.calibration is None else calibrated(steps, self.calibration)
 
     def run(self, input: Any = None, output: Any = None, ground_truth: Any = None) -> ScoreResult:
         """Score one run."""
@@ -96,6 +108,20 @@ def resolve_verdicts(verdicts: str | None, engine: Engine) -> VerdictMode:
 
         verdicts = verdicts_for(engine)[0]
     return cast(VerdictMode, verdicts)
+
+
+def resolve_calibration(calibration: CalibrationSpec, engine: Engine) -> Calibration | None:
+    """The calibration a scorer applies: as given (a file, a `Calibration`; False: none), or
+    (None) the one the judge's preset names (`evalgpu.models.calibration_for`), if any.
+
+    Raises:
+        ValueError: the file cannot be read or is not a calibration.
+    """
+    if calibration is None:
+        from evalgpu.models import calibration_for
+
+        calibration = calibration_for(engine)
+    return load_calibration(calibration)
 
 
 def digest(text: str) -> str:

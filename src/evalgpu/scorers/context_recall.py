@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, Literal, cast
 
 from evalgpu._options import check_scale
+from evalgpu.calibration import CalibrationSpec
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import extract_tool_results, is_agent_run
 from evalgpu.prompting import fence, judge_chat, numbered
@@ -38,6 +39,7 @@ from evalgpu.scorers._scorer import (
     Scorer,
     callable_name,
     digest,
+    resolve_calibration,
     resolve_engine,
     resolve_verdicts,
 )
@@ -54,6 +56,7 @@ from evalgpu.verdicts import (
     budget,
     distinct,
     mean_p,
+    p_fields,
 )
 
 __all__ = ["create_context_recall_scorer", "row_context_scorer"]
@@ -85,6 +88,7 @@ def create_context_recall_scorer(
     scale: float = 1.0,
     reason: ReasonMode = "template",
     verdicts: VerdictMode | None = None,
+    calibration: CalibrationSpec = None,
 ) -> Scorer:
     """Create the context recall scorer.
 
@@ -98,6 +102,9 @@ def create_context_recall_scorer(
             probability of attributed; needs an engine that reads its logits, else each row
             is an error); None: the judge's measured default (its preset's `verdicts`, else
             "hard").
+        calibration: a calibration file (or `Calibration`) its attribution verdicts go
+            through (`evalgpu.calibration`: `python -m evalgpu calibrate` fits one); False:
+            the judge's own; None: the one the judge's preset names, if any.
 
     Returns:
         A `Scorer` with id "context-recall-scorer". Its `run` needs a `ground_truth`.
@@ -112,7 +119,7 @@ def create_context_recall_scorer(
         raise ValueError("context must not be empty, got []")
     if context_extractor is not None and not callable(context_extractor):
         raise ValueError("context_extractor must be callable")
-    return _scorer(model, scale, reason, verdicts, context, context_extractor)
+    return _scorer(model, scale, reason, verdicts, calibration, context, context_extractor)
 
 
 def row_context_scorer(
@@ -121,12 +128,13 @@ def row_context_scorer(
     scale: float = 1.0,
     reason: ReasonMode = "template",
     verdicts: VerdictMode | None = None,
+    calibration: CalibrationSpec = None,
 ) -> Scorer:
     """The context recall scorer of a dataset whose every row brings its own `context` (the
     command line's): an agent-shaped row without one has its tool results as the passages, and
     any other row without one is an input error. Options as `create_context_recall_scorer`'s.
     """
-    return _scorer(model, scale, reason, verdicts)
+    return _scorer(model, scale, reason, verdicts, calibration)
 
 
 def _scorer(
@@ -134,6 +142,7 @@ def _scorer(
     scale: float,
     reason: ReasonMode,
     verdicts: VerdictMode | None,
+    calibration: CalibrationSpec,
     context: Sequence[str] | str | None = None,
     context_extractor: Callable[[Any, Any], Sequence[str]] | None = None,
 ) -> Scorer:
@@ -145,6 +154,7 @@ def _scorer(
         raise ValueError(f"verdicts must be 'hard' or 'soft', got {verdicts!r}")
     engine = resolve_engine(model)
     verdicts = resolve_verdicts(verdicts, engine)
+    calibrated = resolve_calibration(calibration, engine)
     steps = partial(
         _steps,
         context=context,
@@ -163,7 +173,9 @@ def _scorer(
         options["context"] = digest(json.dumps(context))
     if context_extractor is not None:
         options["context_extractor"] = callable_name(context_extractor)
-    return Scorer(SCORER_ID, engine, steps, options=options)
+    if calibrated is not None:
+        options["calibration"] = calibrated.option()
+    return Scorer(SCORER_ID, engine, steps, options=options, calibration=calibrated)
 
 
 def claims_request(ground_truth: str) -> JudgeRequest:
@@ -219,7 +231,7 @@ def verdict_entry(claim: str, verdict: Attributed) -> dict[str, Any]:
         "attributed": verdict.supported,
         "reason": "found in the passages" if verdict.supported else "not found in the passages",
         "passages": sorted(set(verdict.passages)) if verdict.supported else [],
-        "p": verdict.p,
+        **p_fields(verdict),
     }
 
 

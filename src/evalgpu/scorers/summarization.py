@@ -32,6 +32,7 @@ from functools import partial
 from typing import Any, Literal, cast
 
 from evalgpu._options import check_count, check_scale
+from evalgpu.calibration import CalibrationSpec
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
 from evalgpu.prompting import fence, judge_chat, numbered
@@ -43,6 +44,7 @@ from evalgpu.scorers._scorer import (
     Scorer,
     callable_name,
     digest,
+    resolve_calibration,
     resolve_engine,
     resolve_verdicts,
 )
@@ -62,6 +64,7 @@ from evalgpu.verdicts import (
     budget,
     distinct,
     mean_p,
+    p_fields,
     questions_schema,
 )
 
@@ -116,6 +119,7 @@ def create_summarization_scorer(
     scale: float = 1.0,
     reason: ReasonMode = "template",
     verdicts: VerdictMode | None = None,
+    calibration: CalibrationSpec = None,
 ) -> Scorer:
     """Create the summarization scorer.
 
@@ -130,6 +134,10 @@ def create_summarization_scorer(
         verdicts: "hard" (the reference: shares of true verdicts) or "soft" (mean probability
             of true; needs an engine that reads its logits, else each row is an error); None:
             the judge's measured default (its preset's `verdicts`, else "hard").
+        calibration: a calibration file (or `Calibration`) its verdicts go through
+            (`evalgpu.calibration`: `python -m evalgpu calibrate` fits one): a question the
+            source says "yes" to, a claim supported, a question answered, each by its own
+            kind's threshold; False: the judge's own; None: the one the judge's preset names.
 
     Returns:
         A `Scorer` with id "summarization-scorer".
@@ -147,6 +155,7 @@ def create_summarization_scorer(
         raise ValueError("source_extractor must be callable")
     engine = resolve_engine(model)
     verdicts = resolve_verdicts(verdicts, engine)
+    calibrated = resolve_calibration(calibration, engine)
     steps = partial(
         _steps,
         source=source,
@@ -166,7 +175,9 @@ def create_summarization_scorer(
         options["source"] = digest(source)
     if source_extractor is not None:
         options["source_extractor"] = callable_name(source_extractor)
-    return Scorer(SCORER_ID, engine, steps, options=options)
+    if calibrated is not None:
+        options["calibration"] = calibrated.option()
+    return Scorer(SCORER_ID, engine, steps, options=options, calibration=calibrated)
 
 
 def closed_question_pattern(source: str) -> str | None:
@@ -434,7 +445,7 @@ def _steps(
     supported = cast(list[Supported], checks[: len(claims)])
     says_yes = cast(list[SaysYes], checks[len(claims) :])
     alignment = [
-        {"claim": c, "supported": v.supported, "reason": _supported_reason(v), "p": v.p}
+        {"claim": c, "supported": v.supported, "reason": _supported_reason(v), **p_fields(v)}
         for c, v in zip(claims, supported, strict=True)
     ]
     questions: list[str] = []
@@ -443,14 +454,14 @@ def _steps(
         if v.yes:
             questions.append(q)
         else:
-            not_yes.append({"question": q, "p": v.p})
+            not_yes.append({"question": q, **p_fields(v)})
 
     # Step 3: each question the source answers "yes", answered from the summary alone.
     coverage: list[dict[str, Any]] = []
     if questions:
         answers = cast(list[Answered], (yield [coverage_request(summary, q) for q in questions]))
         coverage = [
-            {"question": q, "answered": v.answered, "reason": _answered_reason(v), "p": v.p}
+            {"question": q, "answered": v.answered, "reason": _answered_reason(v), **p_fields(v)}
             for q, v in zip(questions, answers, strict=True)
         ]
 
