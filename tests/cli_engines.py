@@ -8,13 +8,16 @@ variable is set. (They also show users how to bring their own engine.)
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
-from evalgpu.engines.scripted import ScriptedEngine, answer
+from evalgpu.engines.scripted import ScriptedEngine, answer, tagged
 
 
 class LimitedEngine(ScriptedEngine):
@@ -108,3 +111,27 @@ class CrashingEngine(ScriptedEngine):
 
 def crashing(model: Any = None, **options: Any) -> CrashingEngine:
     return CrashingEngine(model, **options)
+
+
+GRADED = ("summarization.alignment", "summarization.coverage", "context_recall.attribution")
+
+
+class GradedEngine(ScriptedEngine):
+    """A scripted judge whose verdict p is written in what it checks: a claim or question that
+    says "grade 73" gets p 0.73, true when above 0.5 (the checks of `GRADED`; the rest go by
+    rule). Labelled rows for `calibrate` write their judge's leaning into their texts."""
+
+    def _reply(self, request: JudgeRequest) -> JudgeReply:
+        user = request.messages[-1]["content"]
+        item = tagged(user, "claim") + tagged(user, "question")
+        found = re.search(r"grade (\d\d)", item)
+        if request.tag not in GRADED or found is None:
+            return super()._reply(request)
+        p = int(found.group(1)) / 100
+        verdict: dict[str, Any] = {
+            "answered" if "coverage" in request.tag else "supported": p > 0.5
+        }
+        if request.tag == "context_recall.attribution":
+            verdict["passages"] = [1] if p > 0.5 else []
+        text = json.dumps(verdict)
+        return reply_from_text(request, text, prompt_tokens=1, output_tokens=1, true_probs=[p])

