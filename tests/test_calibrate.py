@@ -152,3 +152,22 @@ def test_the_command_line_calibrates_and_a_run_uses_the_file(tmp_path, capsys):
     code = cli.main([*run, "--out", str(tmp_path / "r2"), "--calibration", str(broken)])
     assert code == 2
     assert "broken.json: checks: Field required" in capsys.readouterr().err
+
+
+def test_faithfulness_rows_fit_alignment_with_one_question_a_source(tmp_path):
+    rows = []
+    for article in range(12):
+        source = f"Town {article} has a river. The river is long."
+        for grade in (40 + article, 55 + article, 80 + article):
+            summary = f"Town {article} has a river grade {grade}. The river is long grade 95."
+            label = int(grade > 70)
+            rows.append({"source": source, "summary": summary, "label_faithful": label})
+    data = write_jsonl(tmp_path / "faithful.jsonl", rows)
+    out = tmp_path / "cal"
+    calibration, report = calibrate([data], out, GradedEngine(), seed=5)
+    assert list(calibration.checks) == ["summarization.alignment"]
+    assert 0.6 < calibration.checks["summarization.alignment"].threshold < 0.8
+    held = report["checks"]["summarization.alignment"]
+    assert held["pair_win(hard)"]["calibrated"] == 1.0 > held["pair_win(hard)"]["uncalibrated"]
+    config = json.loads((out / "faithful" / "config.json").read_text())
+    assert [o["max_questions"] for o in config["options"].values()] == [1]

@@ -22,7 +22,9 @@ How, in order:
    shuffled with `seed` and the first `fit_share` of them are fitted on. `split.json` in the
    output folder lists the rows held out before anything is scored; a rerun checks it.
 2. **Score**, uncalibrated and with soft verdicts (every check's p is needed), each file into
-   `OUT/<file stem>/`, an output folder like `run`'s (a rerun resumes it).
+   `OUT/<file stem>/`, an output folder like `run`'s (a rerun resumes it). A faithfulness file
+   is scored with one coverage question per source: its label fits the alignment checks, which
+   the questions do not change, and the questions are most of a summary's judge calls.
 3. **Fit** on the fit rows, per kind: the threshold `t` on p that maximises balanced accuracy
    of "the weakest p is above `t`" against the label (graded coverage: Spearman's rho of the
    hard coverage, the share above `t`, against the label), the middle one of equal ones;
@@ -414,8 +416,11 @@ def calibrate(
         folder = out / _folder_name(path, folders)
         folders[str(path)] = folder.name
         if scorer_name == "summarization":
+            # Faithfulness labels fit the alignment checks alone, which no question changes:
+            # one question a source keeps the coverage calls (most of a row's work) few.
+            questions = 1 if label_field == "label_faithful" else max_questions
             scorer = create_summarization_scorer(
-                engine, max_questions=max_questions, verdicts="soft", calibration=False
+                engine, max_questions=questions, verdicts="soft", calibration=False
             )
         else:
             scorer = row_context_scorer(engine, verdicts="soft", calibration=False)
