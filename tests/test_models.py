@@ -129,6 +129,35 @@ def test_a_preset_names_the_verdict_mode_measured_for_its_judge(models_dir):
     assert "verdicts" not in create_summarization_scorer(ScriptedEngine()).options
 
 
+def test_a_preset_names_the_calibration_fitted_for_its_judge(models_dir):
+    from evalgpu import create_summarization_scorer
+    from evalgpu.calibration import Calibration, CheckCalibration
+    from evalgpu.engines.scripted import ScriptedEngine
+
+    (models_dir / "presets").mkdir()
+    (models_dir / "presets" / "judge.toml").write_text(
+        'hf_id = "org/judge"\nmax_model_len = 512\ncalibration = "judge.calibration.json"\n'
+    )
+    strict = Calibration(
+        name="judge-strict",
+        checks={"summarization.alignment": CheckCalibration(threshold=0.95)},
+    )
+    strict.save(models_dir / "presets" / "judge.calibration.json")
+    (models_dir / "judge").mkdir()
+    judge = ScriptedEngine()
+    judge.model_path = str(models_dir / "judge")
+    assert models.calibration_for(judge) == models_dir / "presets" / "judge.calibration.json"
+    scorer = create_summarization_scorer(judge, verdicts="hard")
+    assert scorer.options["calibration"] == {"name": "judge-strict", "digest": strict.digest()}
+    result = scorer.run(input="Cats purr.", output="Cats purr.")
+    assert (result.calibration, result.axes["alignment"]) == ("judge-strict", 0.0)
+    # False turns it off; a judge without a preset has none.
+    plain = create_summarization_scorer(judge, verdicts="hard", calibration=False)
+    assert "calibration" not in plain.options
+    assert plain.run(input="Cats purr.", output="Cats purr.").axes["alignment"] == 1.0
+    assert create_summarization_scorer(ScriptedEngine()).calibration is None
+
+
 def test_a_preset_with_an_unknown_verdict_mode_is_an_error(tmp_path):
     path = tmp_path / "odd.toml"
     path.write_text('hf_id = "org/odd"\nmax_model_len = 10\nverdicts = "fuzzy"\n')
