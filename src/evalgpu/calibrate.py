@@ -57,6 +57,7 @@ from evalgpu.engines.base import Engine
 from evalgpu.evaluation import Progress, evaluate
 from evalgpu.scorers import create_summarization_scorer
 from evalgpu.scorers.context_recall import row_context_scorer
+from evalgpu.scorers.summarization import MAX_QUESTIONS
 
 __all__ = [
     "KINDS",
@@ -377,7 +378,7 @@ def calibrate(
     name: str | None = None,
     fit_share: float = 0.5,
     seed: int = 1234,
-    max_questions: int = 10,
+    max_questions: int = MAX_QUESTIONS,
     limit: int | None = None,
     sample: int | None = None,
     on_progress: Callable[[Progress], None] | None = None,

@@ -21,6 +21,7 @@ from evalgpu.driver import CHUNK_SECONDS
 from evalgpu.engines import BACKENDS, COMPUTES
 from evalgpu.evaluation import Progress, evaluate
 from evalgpu.models import verdicts_for
+from evalgpu.scorers.summarization import MAX_QUESTIONS
 from evalgpu.settings import SCORERS, RunSettings
 from evalgpu.storage import ConfigError
 
@@ -110,9 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-questions",
         type=int,
-        default=10,
+        default=MAX_QUESTIONS,
         metavar="N",
-        help="summarization: coverage questions per source (default: 10)",
+        help=f"summarization: coverage questions per source (default: {MAX_QUESTIONS})",
     )
     run.add_argument(
         "--scale", type=float, default=1.0, metavar="X", help="scores lie in [0, X] (default: 1)"
@@ -235,9 +236,9 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument(
         "--max-questions",
         type=int,
-        default=10,
+        default=MAX_QUESTIONS,
         metavar="N",
-        help="summarization: coverage questions per source (default: 10)",
+        help=f"summarization: coverage questions per source (default: {MAX_QUESTIONS})",
     )
     _engine_flags(calibrate)
     calibrate.add_argument(

@@ -22,6 +22,7 @@ from evalgpu.engines.base import Engine
 from evalgpu.evaluation import check_run
 from evalgpu.scorers import Scorer, create_summarization_scorer
 from evalgpu.scorers.context_recall import row_context_scorer
+from evalgpu.scorers.summarization import MAX_QUESTIONS
 from evalgpu.verdicts import VerdictMode
 
 __all__ = ["SCORERS", "RunSettings"]
@@ -49,7 +50,7 @@ class RunSettings:
     out: Path
     model: str | None = None
     backend: str = "auto"
-    max_questions: int = 10
+    max_questions: int = MAX_QUESTIONS
     scale: float = 1.0
     verdicts: VerdictMode | None = None
     mapping: Mapping[str, str] = field(default_factory=dict)

@@ -68,9 +68,11 @@ from evalgpu.verdicts import (
     questions_schema,
 )
 
-__all__ = ["closed_question_pattern", "create_summarization_scorer"]
+__all__ = ["MAX_QUESTIONS", "closed_question_pattern", "create_summarization_scorer"]
 
 SCORER_ID = "summarization-scorer"
+MAX_QUESTIONS = 10
+"""The default of `max_questions`: coverage questions drawn from a source."""
 
 # Prompts. Every request starts with the same system message. The questions call and every check
 # against the source continue with the source, so an engine's prefix cache computes a source once
@@ -115,7 +117,7 @@ def create_summarization_scorer(
     *,
     source: str | None = None,
     source_extractor: Callable[[Any, Any], str] | None = None,
-    max_questions: int = 10,
+    max_questions: int = MAX_QUESTIONS,
     scale: float = 1.0,
     reason: ReasonMode = "template",
     verdicts: VerdictMode | None = None,
