@@ -171,3 +171,29 @@ def test_faithfulness_rows_fit_alignment_with_one_question_a_source(tmp_path):
     assert held["pair_win(hard)"]["calibrated"] == 1.0 > held["pair_win(hard)"]["uncalibrated"]
     config = json.loads((out / "faithful" / "config.json").read_text())
     assert [o["max_questions"] for o in config["options"].values()] == [1]
+
+
+class DyingEngine(GradedEngine):
+    """A graded judge that fails every call while `broken` is set."""
+
+    broken = True
+
+    def generate(self, requests):
+        if self.broken:
+            raise RuntimeError("the device fell over")
+        return super().generate(requests)
+
+
+def test_rows_failed_in_the_engine_fit_nothing_and_a_rerun_resumes(tmp_path):
+    data = write_jsonl(tmp_path / "attribution.jsonl", attribution_rows())
+    out = tmp_path / "cal"
+    engine = DyingEngine()
+    with pytest.raises(RuntimeError, match="35 rows failed in the engine"):
+        calibrate([data], out, engine, seed=3)
+    assert not (out / "calibration.json").exists()
+    engine.broken = False
+    calibration, _ = calibrate([data], out, engine, seed=3)
+    assert calibration.checks["context_recall.attribution"].rows + (
+        calibration.fitted_on["held_out_rows"]
+    ) == len(GRADES)
+    assert calibration.fitted_on["failed_rows"] == {str(data): {}}

@@ -394,6 +394,9 @@ def calibrate(
     Raises:
         ValueError: a file cannot be read or holds no labels, `fit_share` is not in (0, 1),
             `out` holds another split, or a kind has too few scored rows to fit.
+        RuntimeError: rows failed in the engine (nothing is fitted; a rerun resumes). Rows
+            that fail for what they are (too long for the judge, a bad field) are left out
+            and counted in `fitted_on["failed_rows"]`.
     """
     if not 0 < fit_share < 1:
         raise ValueError(f"fit_share must be in (0, 1), got {fit_share!r}")
@@ -412,6 +415,7 @@ def calibrate(
     _write_split(out, labelled, fit_share, seed)
 
     folders: dict[str, str] = {}
+    left_out: dict[str, dict[str, int]] = {}
     for path, label_field, rows in labelled:
         _, scorer_name, check = KINDS[label_field]
         folder = out / _folder_name(path, folders)
@@ -435,7 +439,13 @@ def calibrate(
             on_error=on_error,
             on_notice=on_notice,
         ).run()
-        _read_checks(folder, rows)
+        failed = _read_checks(folder, rows)
+        if failed.get("engine"):
+            raise RuntimeError(
+                f"{path}: {failed['engine']} rows failed in the engine (see {folder}/"
+                "results.jsonl); nothing was fitted: run the same command again to resume"
+            )
+        left_out[str(path)] = failed
 
     checks: dict[str, CheckCalibration] = {}
     kinds: dict[str, str] = {}
@@ -460,6 +470,7 @@ def calibrate(
             "split": "split.json: rows grouped by the text they are judged against",
             "fit_rows": sum(r.fit for r in everything),
             "held_out_rows": sum(not r.fit for r in everything),
+            "failed_rows": left_out,
         },
     )
     calibration.save(out / "calibration.json")
@@ -521,18 +532,29 @@ PS_OF_CHECK: dict[str, tuple[str, str]] = {
 """Where a record keeps the verdicts of each check kind (their `p`: the judge's, uncalibrated)."""
 
 
-def _read_checks(folder: Path, rows: Sequence[LabelledRow]) -> None:
-    """Fill each row's `ps` from its record in `folder` (a row whose record failed has none)."""
+def _read_checks(folder: Path, rows: Sequence[LabelledRow]) -> dict[str, int]:
+    """Fill each row's `ps` from its record in `folder`; returns how many rows failed, by
+    error kind (a row that failed has no `ps`: it is left out of the fit and the report)."""
     by_row = {r.row: r for r in rows}
+    records: dict[int, dict[str, Any]] = {}
     with (folder / "results.jsonl").open(encoding="utf-8") as f:
         for line in f:
             record = json.loads(line)
-            row = by_row.get(record.get("row"))
-            if row is None or record.get("error") is not None:
-                continue
-            for check, (step, key) in PS_OF_CHECK.items():
-                entries = (record.get(step) or {}).get(key)
-                if entries is not None:
-                    ps = [e.get("p") for e in entries]
-                    if all(p is not None for p in ps):
-                        row.ps[check] = [float(p) for p in ps]
+            if record.get("row") in by_row and (
+                record["row"] not in records or record.get("error") is None
+            ):
+                records[record["row"]] = record  # a success wins over a failure resumed
+    failed: dict[str, int] = {}
+    for number, record in records.items():
+        row = by_row[number]
+        if record.get("error") is not None:
+            kind = record.get("errorKind") or "input"
+            failed[kind] = failed.get(kind, 0) + 1
+            continue
+        for check, (step, key) in PS_OF_CHECK.items():
+            entries = (record.get(step) or {}).get(key)
+            if entries is not None:
+                ps = [e.get("p") for e in entries]
+                if all(p is not None for p in ps):
+                    row.ps[check] = [float(p) for p in ps]
+    return failed

@@ -512,6 +512,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as exc:
         console.finish()
         return _fail("calibrate", str(exc), 2)
+    except RuntimeError as exc:  # rows failed in the engine: nothing fitted
+        console.finish()
+        return _fail("calibrate", str(exc), 1)
     finally:
         console.finish()
     print(_calibration_table(calibration, report))
