@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -9,43 +11,75 @@ import time
 
 import pytest
 
+STARTER = """\
+import os, subprocess, sys, time
+from evalgpu.engines._reaper import descendants, watch
+sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+kept = subprocess.Popen(sleep)  # there before the engine: never the watchdog's
+before = {pid for pid, _ in descendants(os.getpid())}
+dog = watch(before)
+# What vLLM's start-up does: an engine core that starts a worker.
+nest = "import subprocess, sys, time; subprocess.Popen(%r); time.sleep(60)" % (sleep,)
+core = subprocess.Popen([sys.executable, "-c", nest])
+while len(descendants(core.pid)) < 1: time.sleep(0.05)
+time.sleep(0.6)  # the watchdog collects every 0.2 s
+worker = descendants(core.pid)[0]
+if sys.argv[1] == "settle":  # the engine names what its LLM started: the core alone, here
+    dog.settle([p for p in descendants(os.getpid()) if p[0] == core.pid])
+print(kept.pid, core.pid, worker[0], flush=True)
+time.sleep(60)
+"""
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
-def test_the_processes_watched_are_killed_when_their_starter_is_killed():
-    # What a kill -9 of a run leaves: vLLM's engine core and its worker must not live on. A
-    # process that starts a child and a grandchild as vLLM does, then the watchdog over them.
-    parent = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, subprocess, sys, time\n"
-            "from evalgpu.engines._reaper import descendants, watch\n"
-            'nest = \'import subprocess, sys, time; subprocess.Popen([sys.executable, "-c", '
-            '"import time; time.sleep(60)"]); time.sleep(60)\'\n'
-            "subprocess.Popen([sys.executable, '-c', nest])\n"
-            "while len(descendants(os.getpid())) < 2: time.sleep(0.05)\n"
-            "started = descendants(os.getpid())\n"
-            "watch(started)\n"
-            "print(' '.join(str(pid) for pid, _ in started), flush=True)\n"
-            "time.sleep(60)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def _kill_starter(mode: str) -> tuple[int, int, int]:
+    """Run STARTER, kill -9 it once its processes are up, wait for the watchdog's work;
+    returns the pids of the process it had before, the engine core and the worker."""
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, mode], stdout=subprocess.PIPE, text=True
     )
-    assert parent.stdout is not None
-    started = [int(pid) for pid in parent.stdout.readline().split()]
-
-    def alive(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                return "State:\tZ" not in f.read()
-        except FileNotFoundError:
-            return False
-
-    assert len(started) == 2 and all(alive(pid) for pid in started)
-    parent.send_signal(signal.SIGKILL)
-    parent.wait()
+    assert starter.stdout is not None
+    kept, core, worker = (int(pid) for pid in starter.stdout.readline().split())
+    assert all(_alive(pid) for pid in (kept, core, worker))
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
     deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in started) and time.monotonic() < deadline:
+    while _alive(core) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(alive(pid) for pid in started)
+    time.sleep(0.5)  # the worker goes in the same pass, if it goes
+    return kept, core, worker
+
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
+
+
+@linux
+def test_a_starter_killed_while_its_engine_starts_takes_the_engines_processes_with_it():
+    # What a kill -9 in vLLM's minute of start-up left: its engine core and worker, for good.
+    kept, core, worker = _kill_starter("starting")
+    try:
+        assert not _alive(core) and not _alive(worker)
+        assert _alive(kept)  # what was there before the engine is not the watchdog's
+    finally:
+        for pid in (kept, core, worker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@linux
+def test_once_settled_the_watchdog_kills_exactly_the_processes_named():
+    kept, core, worker = _kill_starter("settle")
+    try:
+        assert not _alive(core)
+        assert _alive(worker) and _alive(kept)
+    finally:
+        for pid in (kept, core, worker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

@@ -8,18 +8,24 @@ engine lists the processes its `LLM` started (`descendants`) and starts `watch` 
 small process of its own that SIGKILLs them once their starter is gone. Each process is named
 by its pid and its start time, so that a pid the system reused is spared.
 
-    python -m evalgpu.engines._reaper PARENT PID:START ...   # what `watch` starts
+The watchdog starts before the `LLM` does: vLLM's start-up takes a minute on a CPU, and a kill
+in that minute left its engine core behind too. Until the engine names the processes its `LLM`
+started (`Watchdog.settle`), the watchdog collects, every 0.2 s, its starter's descendants that
+it was not told were there before; killed then, the starter takes those with it.
+
+    python -m evalgpu.engines._reaper PARENT [PID ...]   # what `watch` starts; PIDs: not ours
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
 
-__all__ = ["descendants", "watch"]
+__all__ = ["Watchdog", "descendants", "watch"]
 
 
 def _stat(pid: int | str) -> list[str]:
@@ -53,30 +59,68 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     return found
 
 
-def watch(processes: list[tuple[int, str]]) -> subprocess.Popen[bytes] | None:
-    """Start the watchdog over `processes` (pid, start time); None where there is nothing to
-    watch or no /proc. Kill the returned process once `processes` are stopped otherwise."""
-    if not processes or not sys.platform.startswith("linux"):
+class Watchdog:
+    """The watchdog process of one engine (`watch`)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+
+    def settle(self, processes: list[tuple[int, str]]) -> None:
+        """The processes to kill are these (pid, start time): collecting stops."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(" ".join(f"{pid}:{start}" for pid, start in processes) + "\n")
+            self.process.stdin.flush()
+        except OSError:  # the watchdog is gone (killed with its session): nothing to guard
+            pass
+
+    def kill(self) -> None:
+        """Stop the watchdog (its processes were stopped otherwise)."""
+        self.process.kill()
+        self.process.wait()
+
+
+def watch(before: set[int]) -> Watchdog | None:
+    """Start the watchdog over the processes this one starts from now on (not those in
+    `before`, its descendants so far); None where there is no /proc. Name them with
+    `Watchdog.settle` once they are started; `Watchdog.kill` once they are stopped otherwise."""
+    if not sys.platform.startswith("linux"):
         return None
-    targets = [f"{pid}:{start}" for pid, start in processes]
-    return subprocess.Popen(
-        [sys.executable, "-m", __name__, str(os.getpid()), *targets],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # not in the run's process group: a Ctrl-C leaves it to its work
+    return Watchdog(
+        subprocess.Popen(
+            [sys.executable, "-m", __name__, str(os.getpid()), *map(str, sorted(before))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,  # not in the run's process group: a Ctrl-C leaves it be
+        )
     )
 
 
 def _main(argv: list[str]) -> None:
-    """Wait for `argv[0]` (this process's parent) to die, then SIGKILL the PID:START left."""
-    parent, targets = int(argv[0]), [a.split(":") for a in argv[1:]]
+    """Collect `argv[0]`'s new descendants until told which to watch (a line of PID:START on
+    stdin), wait for `argv[0]` to die, then SIGKILL those left."""
+    parent, before = int(argv[0]), {int(a) for a in argv[1:]} | {os.getpid()}
+    targets: dict[int, str] = {}
+    settled = False
     while os.getppid() == parent:
-        time.sleep(1)
-    for pid, start in targets:
+        if settled:
+            time.sleep(1)
+            continue
+        if select.select([sys.stdin], [], [], 0.2)[0]:
+            line = sys.stdin.readline()
+            if line:  # the engine's list: exactly these
+                targets = {int(p): t for p, t in (item.split(":") for item in line.split())}
+            settled = True  # end of input: the starter is gone, or closed it; keep what we have
+            continue
+        for pid, start in descendants(parent):
+            if pid not in before:
+                targets.setdefault(pid, start)
+    for pid, start in targets.items():
         try:
             if _start(_stat(pid)) == start:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         except (OSError, IndexError):
             pass
 

@@ -338,10 +338,21 @@ class VLLMEngine:
         if cpu:
             bind.update(_allocator())
         before = {pid for pid, _ in descendants(os.getpid())}
-        with _environment(bind):  # read by vLLM's engine process, started here
-            self.llm: LLM = LLM(self.model_path, **options)
-        # Its engine processes die with this one, even killed (`evalgpu.engines._reaper`).
-        self._watchdog = watch([p for p in descendants(os.getpid()) if p[0] not in before])
+        # Its engine processes die with this one, even killed, start-up included
+        # (`evalgpu.engines._reaper`).
+        self._watchdog = watch(before)
+        try:
+            with _environment(bind):  # read by vLLM's engine process, started here
+                self.llm: LLM = LLM(self.model_path, **options)
+        finally:
+            if self._watchdog is not None:
+                mine = {self._watchdog.process.pid} | before
+                started = [p for p in descendants(os.getpid()) if p[0] not in mine]
+                if started:
+                    self._watchdog.settle(started)
+                else:  # nothing to guard (or vLLM failed and stopped what it started)
+                    self._watchdog.kill()
+                    self._watchdog = None
         self.max_model_len: int = int(self.llm.llm_engine.model_config.max_model_len)
         """Prompt plus reply tokens the engine holds (the runner checks sources against it)."""
         self._tokenizer: Any = self.llm.get_tokenizer()
@@ -385,7 +396,6 @@ class VLLMEngine:
         watchdog = getattr(self, "_watchdog", None)
         if watchdog is not None:  # its processes are gone: nothing left to guard
             watchdog.kill()
-            watchdog.wait()
             self._watchdog = None
 
     def _chat(
