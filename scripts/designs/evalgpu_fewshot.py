@@ -25,7 +25,8 @@ effect of the examples alone. Attribution checks (a different schema) are the pr
 Cost: one more check per claim, whose prompt is the examples (about 1,100 tokens, the same for
 every check of every row: an engine's prefix cache computes them once) and the product's check.
 
-Measured on 35 FRANK pairs (docs/BENCHMARKS.md): the soft ranking unchanged (+0.000 pair win),
+Measured on 35 FRANK pairs (docs/DECISIONS.md, 2026-12-04, "worked examples before each
+alignment check"): the soft ranking unchanged (+0.000 pair win),
 every `p` moved toward "yes", and the hard verdicts worse (-0.100): not shipped.
 """
 

@@ -1,7 +1,7 @@
 """What the transformers engine computes in: chosen by what the CPU has, or forced.
 
 Two computes on a CPU, measured on a 2-core AMD EPYC with AVX512-BF16, one thread, on
-Qwen2.5-Coder-1.5B (docs/BENCHMARKS.md, "CPU engine speed"):
+Qwen2.5-Coder-1.5B (docs/DECISIONS.md, 2026-12-01, "CPU engine speed"):
 
 - **bfloat16**: the weights as stored; 99.5 % of next-token choices are float32's, and most
   replies. Native where the CPU has AVX512-BF16 or AMX; elsewhere it is emulated, and slower
