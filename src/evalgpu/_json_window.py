@@ -24,6 +24,9 @@ class TooLarge(ValueError):
 _STRUCTURE = re.compile(r'["\[\]{}]')
 _IN_STRING = re.compile(r'["\\]')
 _SCALAR_END = re.compile(r"[,\]}\s]")
+# What is left of a number the window cut after its "." or its exponent's "e", "e+", "e-": the
+# decoder stops before it, so the value looks whole one or two characters short of the window.
+_NUMBER_CUT = re.compile(r"\.|[eE][-+]?")
 
 
 class JsonWindow:
@@ -93,8 +96,9 @@ class JsonWindow:
                     raise
                 size *= 2
                 continue
-            if end == len(self.text) and not self.eof and self._fill(size):
-                continue  # a number or literal may go on past the window
+            cut = end == len(self.text) or _NUMBER_CUT.fullmatch(self.text, end)
+            if cut and not self.eof and self._fill(size):
+                continue  # a number or literal may go on past the window ("1." of "1.5")
             self.size = end - self.pos
             self.pos = end
             return value

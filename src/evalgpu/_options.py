@@ -15,6 +15,8 @@ def check_count(name: str, value: Any, least: int = 1) -> None:
 
 
 def check_scale(scale: Any) -> None:
-    """Raise ValueError unless `scale` is a finite number above 0."""
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+    """Raise ValueError unless `scale` is a finite number above 0 (not a bool)."""
+    if isinstance(scale, bool) or not (
+        isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0
+    ):
         raise ValueError(f"scale must be > 0, got {scale!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypedDict
 
 from evalgpu.driver import CHUNK_SECONDS
-from evalgpu.engines import BACKENDS, COMPUTES
+from evalgpu.engines import COMPUTES
 from evalgpu.evaluation import Progress, evaluate
 from evalgpu.models import verdicts_for
 from evalgpu.scorers.summarization import MAX_QUESTIONS
@@ -336,13 +336,12 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         if not sep or not key:
             raise ValueError(f"--map takes FIELD=COLUMN, got {item!r}")
         mapping[key.strip()] = column.strip()
-    backend = _backend(args.backend)
     return RunSettings(
         data=tuple(Path(p) for p in args.data),
         scorers=tuple(args.scorer),
         out=args.out,
         model=args.model,
-        backend=backend,
+        backend=args.backend,
         max_questions=args.max_questions,
         scale=args.scale,
         verdicts=args.verdicts,
@@ -355,14 +354,6 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         batch_size=args.batch_size,
         calibration=getattr(args, "calibration", None),
     )
-
-
-def _backend(backend: str) -> str:
-    if backend not in BACKENDS and ":" not in backend:
-        raise ValueError(
-            f"backend must be {', '.join(BACKENDS)} or module:factory, got {backend!r}"
-        )
-    return backend
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -480,7 +471,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             scorers=SCORERS,
             out=args.out,
             model=args.model,
-            backend=_backend(args.backend),
+            backend=args.backend,
             max_questions=args.max_questions,
             limit=args.limit,
             compute=args.compute,

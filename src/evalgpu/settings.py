@@ -17,13 +17,13 @@ from evalgpu._factory import call_factory
 from evalgpu._options import check_count, check_scale
 from evalgpu.calibration import load_calibration
 from evalgpu.driver import CHUNK_SECONDS
-from evalgpu.engines import COMPUTES, ENGINE_OPTIONS
+from evalgpu.engines import BACKENDS, COMPUTES, ENGINE_OPTIONS
 from evalgpu.engines.base import Engine
 from evalgpu.evaluation import check_run
 from evalgpu.scorers import Scorer, create_summarization_scorer
 from evalgpu.scorers.context_recall import row_context_scorer
 from evalgpu.scorers.summarization import MAX_QUESTIONS
-from evalgpu.verdicts import VerdictMode
+from evalgpu.verdicts import VERDICT_MODES, VerdictMode
 
 __all__ = ["SCORERS", "RunSettings"]
 
@@ -81,7 +81,13 @@ class RunSettings:
                 raise ValueError(
                     f"scorer must be {', '.join(SCORERS)} or module:factory, got {name!r}"
                 )
+        if self.backend not in BACKENDS and ":" not in self.backend:
+            raise ValueError(
+                f"backend must be {', '.join(BACKENDS)} or module:factory, got {self.backend!r}"
+            )
         # The scorers' checks, here so that a bad flag is a usage error before a model loads.
+        if self.verdicts is not None and self.verdicts not in VERDICT_MODES:
+            raise ValueError(f"verdicts must be 'hard' or 'soft', got {self.verdicts!r}")
         check_count("max_questions", self.max_questions)
         check_scale(self.scale)
         if self.compute is not None and self.compute not in COMPUTES:
