@@ -49,7 +49,7 @@ row: `--compare A.json B.json` gives, for each value both hold, A's metric minus
 interval over the same rows (FRANK: pairs) resampled for both. That interval is narrower than
 the two runs' own intervals side by side, since what the rows share cancels out.
 
-Other judge designs run on the same rows and model with `--design NAME` (scripts/designs/:
+Other judge designs run on the same rows and model with `--design NAME` (benchmarks/designs/:
 `evalgpu`, the package's scorers, the default; `mastra-1call`, the judge as it was at d4e0157;
 `deepeval`, DeepEval's SummarizationMetric and ContextualRecall designs; `direct`, one yes/no
 question per summary and axis). The JSON records the design; `--compare` of two designs on
@@ -83,17 +83,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalgpu import load_engine
-
-SCRIPTS = str(Path(__file__).resolve().parent)
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)  # designs/ and measure/ live beside this file
-
-from designs import DEFAULT, DESIGNS  # noqa: E402
-from measure import FRANK as DATA  # noqa: E402
-from measure import rel, write_json  # noqa: E402
-from measure.datasets import read_jsonl, sample_pairs  # noqa: E402
-from measure.stats import (  # noqa: E402
+from benchmarks.designs import DEFAULT, DESIGNS
+from benchmarks.measure import FRANK as DATA
+from benchmarks.measure import rel, write_json
+from benchmarks.measure.datasets import read_jsonl, sample_pairs
+from benchmarks.measure.stats import (
     balanced_accuracy,
     interval,
     kendall_tau_b,
@@ -102,6 +96,7 @@ from measure.stats import (  # noqa: E402
     roc_auc,
     spearman,
 )
+from evalgpu import load_engine
 
 # -- scoring -------------------------------------------------------------------------------------
 
@@ -131,7 +126,7 @@ def score(
     max_questions: int,
     design: str = DEFAULT,
 ):
-    """Every record scored by `design` (scripts/designs/), results in order."""
+    """Every record scored by `design` (benchmarks/designs/), results in order."""
     scorer = DESIGNS[design](kind, engine, scale, max_questions)
     if kind == "attribution":
         runs = [
@@ -355,7 +350,7 @@ def readings(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 PRODUCT = "_product"
-"""The suffix of an axis that a trial design (`designs.evalgpu_fewshot`) records as the
+"""The suffix of an axis that a trial design (`benchmarks.designs.evalgpu_fewshot`) records as the
 product's own reading of the same checks in the same run: `readings` pairs the design's axis
 with it, which isolates the trial's change from every other difference between two runs."""
 
@@ -613,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         "--design",
         choices=list(DESIGNS),
         default=DEFAULT,
-        help="the judge design (scripts/designs/): evalgpu (the package's scorers, default), "
+        help="the judge design (benchmarks/designs/): evalgpu (the package's scorers, default), "
         "mastra-1call, deepeval, direct",
     )
     parser.add_argument("--max-questions", type=int, default=5)

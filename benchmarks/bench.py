@@ -9,7 +9,7 @@ benchmarks/data/frank_dev.jsonl unless --data says otherwise), it times:
   (c) ceiling      the identical request lists that (a) sent, one generate() per wave, with
                    no scorer logic: what the engine alone does with that work.
 
-With `--design NAME...` (scripts/designs/: evalgpu, the default, mastra-1call, deepeval,
+With `--design NAME...` (benchmarks/designs/: evalgpu, the default, mastra-1call, deepeval,
 direct) it times each design's summarization scorer in turn on the same rows and engine, each
 from a cold prefix cache, and reports per design its rows/s, judge requests per row and the
 cached share of prompt tokens (prompt tokens the engine served from its prefix cache).
@@ -40,18 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.designs import DEFAULT, DESIGNS
+from benchmarks.measure import FRANK as DATA
+from benchmarks.measure import rel, write_json
+from benchmarks.measure.datasets import documents
 from evalgpu import load_engine
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 from evalgpu.runner import Runner
-
-SCRIPTS = str(Path(__file__).resolve().parent)
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)  # designs/ and measure/ live beside this file
-
-from designs import DEFAULT, DESIGNS  # noqa: E402
-from measure import FRANK as DATA  # noqa: E402
-from measure import rel, write_json  # noqa: E402
-from measure.datasets import documents  # noqa: E402
 
 
 @dataclass
@@ -162,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=list(DESIGNS),
         default=[DEFAULT],
         metavar="NAME",
-        help="judge designs to time side by side (scripts/designs/): evalgpu (default), "
+        help="judge designs to time side by side (benchmarks/designs/): evalgpu (default), "
         "mastra-1call, deepeval, direct",
     )
     parser.add_argument(
@@ -176,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ray",
         action="store_true",
-        help="instead: the same rows as local and as Ray sweeps (scripts/bench_ray.py)",
+        help="instead: the same rows as local and as Ray sweeps (benchmarks/bench_ray.py)",
     )
     parser.add_argument("--replicas", type=int, default=2, help="with --ray (default: 2)")
     parser.add_argument("--chunk-size", type=int, default=16, help="with --ray (default: 16)")
@@ -323,8 +318,8 @@ def bench_design(
 
 
 def ray_main(args: argparse.Namespace) -> int:
-    """`--ray`: local vs Ray sweeps of the same rows (scripts/bench_ray.py)."""
-    import bench_ray
+    """`--ray`: local vs Ray sweeps of the same rows (benchmarks/bench_ray.py)."""
+    from benchmarks import bench_ray
 
     if args.synthetic:
         rows = bench_ray.synthetic_rows(args.synthetic)

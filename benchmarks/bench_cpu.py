@@ -34,9 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure import transformers_engine, write_json
 from pydantic import BaseModel, Field
 
+from benchmarks.measure import module_command, transformers_engine, write_json
+from evalgpu.engines import cpu_threads
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.scorers.summarization import alignment_request
 
@@ -154,9 +155,12 @@ def run_child(
     if busy:
         spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     load_before = os.getloadavg()[0]
-    cmd = [sys.executable, __file__, "--child", compute, "--model", model]
+    cmd, env = module_command("benchmarks.bench_cpu")
+    cmd += ["--child", compute, "--model", model]
     cmd += ["--attn", attn] if attn else []
-    done = subprocess.run([*cmd, "--threads", str(threads)], capture_output=True, text=True)
+    done = subprocess.run(
+        [*cmd, "--threads", str(threads)], capture_output=True, text=True, env=env
+    )
     if spinner is not None:
         spinner.kill()
         spinner.wait()
@@ -223,13 +227,9 @@ def main() -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        from evalgpu.engines._compute import cpu_threads
-
         threads = args.threads[0] if args.threads else cpu_threads()
         print(json.dumps(child(args.model, args.child, threads, args.attn)))
         return 0
-    from evalgpu.engines._compute import cpu_threads
-
     results = []
     for compute in args.computes.split(","):
         for threads in args.threads or [cpu_threads()]:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure import ROOT, vmrss_kib, write_json
+from benchmarks.measure import ROOT, vmrss_kib, write_json
 
 NAMES = ["Ada", "Bruno", "Chen", "Dalia", "Emeka", "Freya", "Goran", "Hana", "Ivo", "Jun"]
 THINGS = ["bakery", "shipyard", "library", "observatory", "brewery", "clinic", "theatre", "mill"]

@@ -32,8 +32,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from measure import DATA_DIR, transformers_engine, vmrss_kib, write_json
-from measure.datasets import by_source, read_jsonl, sentences
+from benchmarks.measure import DATA_DIR, module_command, transformers_engine, vmrss_kib, write_json
+from benchmarks.measure.datasets import by_source, read_jsonl, sentences
 
 
 def vmrss_gb() -> float:
@@ -163,11 +163,12 @@ def main() -> int:
         return 0
     results = []
     for wave in ["frank", "attribution"] if args.wave == "both" else [args.wave]:
-        argv = [sys.executable, __file__, "--child", "--wave", wave, "--model", args.model]
+        argv, env = module_command("benchmarks.bench_memory_engine")
+        argv += ["--child", "--wave", wave, "--model", args.model]
         argv += ["--n", str(args.n), "--max-tokens", str(args.max_tokens)]
         argv += ["--abort-gb", str(args.abort_gb), "--batch-size", str(args.batch_size)]
         argv += ["--compute", args.compute]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
         line = (proc.stdout.strip().splitlines() or ["{}"])[-1]
         result = json.loads(line) if line.startswith("{") else {"error": proc.stderr[-2000:]}
         result.setdefault("wave", wave)

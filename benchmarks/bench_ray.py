@@ -121,7 +121,7 @@ def compare(
             )
             # The local engine's reply cache outlives a run: start each run without it, as
             # each Ray run's fresh replicas do.
-            reply_cache(engine)._replies.clear()
+            reply_cache(engine).clear()
             t = time.perf_counter()
             if side == "local":
                 scorers = settings.build_scorers(engine)

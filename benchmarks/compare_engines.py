@@ -23,17 +23,12 @@ import argparse
 import gc
 import json
 import statistics
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = str(Path(__file__).resolve().parent)
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)
-
-from measure import ROOT, rel, write_json  # noqa: E402
+from benchmarks.measure import ROOT, rel, write_json
 
 EXAMPLES = {
     "summarization": ROOT / "examples" / "summarization.jsonl",

@@ -1,7 +1,7 @@
 """Which engine should score on a CPU? vLLM's CPU build and the transformers engine, side by side.
 
-Runs `scripts/agreement.py` once per engine and file, each as a whole process in turn (vLLM
-first), on the same rows, judge and environment, and reports for each:
+Runs agreement.py (`scripts/agreement.py`) once per engine and file, each as a whole process in
+turn (vLLM first), on the same rows, judge and environment, and reports for each:
 
 - the process's wall time (start-up, load and compile included) and its scoring time, and
   rows/s of each;
@@ -28,18 +28,13 @@ import json
 import os
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = Path(__file__).resolve().parent
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
-
-from agreement import compare  # noqa: E402
-from measure import ROOT, write_json  # noqa: E402
+from benchmarks.agreement import compare
+from benchmarks.measure import ROOT, module_command, write_json
 
 ENGINES = ("vllm", "transformers")
 RUNS = {
@@ -59,18 +54,9 @@ def run(engine: str, rows: list[str], out: Path) -> dict[str, Any]:
     """One agreement.py process: its JSON, with its wall time and peak RSS added."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t = time.perf_counter()
+    cmd, env = module_command("benchmarks.agreement")
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPTS / "agreement.py"),
-            *rows,
-            "--backend",
-            engine,
-            "--json",
-            str(out),
-        ],
-        cwd=ROOT,
-        check=False,
+        [*cmd, *rows, "--backend", engine, "--json", str(out)], cwd=ROOT, env=env, check=False
     )
     wall = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -25,11 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = Path(__file__).resolve().parent
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
-
-from measure import ROOT, write_json  # noqa: E402
+from benchmarks.measure import ROOT, write_json
 
 TARGET = 0.02
 """The largest rise of an axis a variant may cause (issue 36)."""

@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure import vmrss_kib
-
-from evalgpu.engines._constraint import Grammars
+from benchmarks.measure import vmrss_kib
+from evalgpu.engines.transformers import Grammars
 from evalgpu.scorers.summarization import ENGLISH_CLOSED
 from evalgpu.verdicts import Claims, Reason, Supported, attribution_schema, questions_schema
 

@@ -23,16 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-SCRIPTS = str(Path(__file__).resolve().parent)
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)
-
-from measure import write_json  # noqa: E402
+from benchmarks.measure import write_json
 
 
 def schemas() -> dict[str, Any]:

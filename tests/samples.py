@@ -82,16 +82,3 @@ def run_argv(data: Path, out: Path, *flags: str) -> list[str]:
     subprocess (the entry point itself, a `kill -9`)."""
     command = [sys.executable, "-m", "evalgpu", "run", str(data), "--scorer", "summarization"]
     return [*command, "--out", str(out), *flags]
-
-
-def load_script(name: str) -> Any:
-    """`scripts/NAME.py` imported as module `NAME` (scripts/ is no package)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module

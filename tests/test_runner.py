@@ -6,7 +6,7 @@ from evalgpu import create_context_recall_scorer, create_summarization_scorer, r
 from evalgpu.engines.base import JudgeReply
 from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.results import InputError, ScoreResult, TooLongError
-from evalgpu.runner import Runner
+from evalgpu.runner import Runner, reply_cache
 
 SOURCE = "The company was founded in 1995 by John Smith. The company is based in Seattle."
 
@@ -52,6 +52,17 @@ def test_the_reply_cache_spans_batches(engine):
     scorer.run_batch([{"input": SOURCE, "output": SOURCE}])
     scorer.run_batch([{"input": SOURCE, "output": "The company is based in Seattle."}])
     assert len(engine.by_tag("summarization.questions")) == 1
+
+
+def test_a_cleared_reply_cache_asks_again(engine):
+    scorer = create_summarization_scorer(engine)
+    scorer.run_batch([{"input": SOURCE, "output": SOURCE}])
+    cache = reply_cache(engine)
+    assert len(cache) > 0
+    cache.clear()
+    assert len(cache) == 0
+    scorer.run_batch([{"input": SOURCE, "output": SOURCE}])
+    assert len(engine.by_tag("summarization.questions")) == 2
 
 
 def test_cache_off_asks_again(engine):

@@ -26,8 +26,8 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
 - `evalgpu-retrieve`: the product's pipeline, each alignment check asked against the source
   sentences that share the claim's words (`designs.evalgpu_retrieve`).
 
-Scripts import this folder by path (`sys.path` gets scripts/); `designs.scripted:engine` is a
-scripted judge with rules for every design's requests (`--backend designs.scripted:engine`).
+`benchmarks.designs.scripted:engine` is a scripted judge with rules for every design's requests
+(`--backend benchmarks.designs.scripted:engine`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from designs import (
+from benchmarks.designs import (
     deepeval_like,
     direct,
     evalgpu_closed_book,

@@ -15,7 +15,7 @@ from typing import Any
 from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.results import InputError, ScoreResult, Steps
 from evalgpu.rows import Fields
-from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers import Scorer
 
 SUMMARIZATION_AXES = ("alignment", "coverage", "alignment_soft", "coverage_soft")
 RECALL_AXES = ("recall", "recall_soft")

@@ -45,7 +45,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from designs._common import (
+from benchmarks.designs._common import (
     recall_result,
     recall_scorer,
     share,
@@ -55,7 +55,7 @@ from designs._common import (
 from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import Steps
-from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers import Scorer
 from evalgpu.scorers.context_recall import numbered_passages
 from evalgpu.verdicts import (
     CLAIM_CHARS,

@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Generator
 from typing import Any
 
-from designs._common import relayed
+from benchmarks.designs._common import relayed
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.results import Steps
 from evalgpu.scorers import context_recall, summarization
@@ -48,7 +48,7 @@ ASKS = {
 
 def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
     """The product's scorer, its checks asked closed-book (see the module's docstring)."""
-    from designs import evalgpu_design  # here: designs imports this module
+    from benchmarks.designs import evalgpu_design  # here: designs imports this module
 
     product = evalgpu_design(kind, engine, scale, max_questions)
     return dataclasses.replace(product, steps_fn=lambda row: closed_book(product.steps_fn(row)))

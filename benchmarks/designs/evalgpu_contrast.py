@@ -32,11 +32,11 @@ import math
 from collections.abc import Generator
 from typing import Any
 
-from designs._common import relayed
+from benchmarks.designs._common import relayed
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fence
 from evalgpu.results import ScoreResult, Steps
-from evalgpu.scorers._checks import CHECK_TASK
+from evalgpu.scorers import CHECK_TASK
 from evalgpu.scorers.context_recall import numbered_passages
 
 NAME = "evalgpu-contrast"
@@ -59,7 +59,7 @@ exactly 0 or 1)."""
 
 def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
     """The product's scorer, its checks contrasted with the prior (see the module's docstring)."""
-    from designs import evalgpu_design  # here: designs imports this module
+    from benchmarks.designs import evalgpu_design  # here: designs imports this module
 
     product = evalgpu_design(kind, engine, scale, max_questions)
 

@@ -35,10 +35,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from designs._common import ALIGNMENT, alignment_trial
+from benchmarks.designs._common import ALIGNMENT, alignment_trial
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fence
-from evalgpu.scorers._checks import check_request
+from evalgpu.scorers import check_request
 from evalgpu.scorers.summarization import ASK_SUPPORTED
 from evalgpu.verdicts import Supported
 
@@ -86,7 +86,7 @@ EXAMPLE_TURNS = examples_chat()
 
 def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
     """The product's scorer, its alignment checks shown the examples (the module's docstring)."""
-    from designs import evalgpu_design  # here: designs imports this module
+    from benchmarks.designs import evalgpu_design  # here: designs imports this module
 
     product = evalgpu_design(kind, engine, scale, max_questions)
     return alignment_trial(product, shown_examples)

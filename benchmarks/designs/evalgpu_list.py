@@ -21,13 +21,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from designs._common import recall_result, recall_scorer, summarization_result, summarization_scorer
+from benchmarks.designs._common import (
+    recall_result,
+    recall_scorer,
+    summarization_result,
+    summarization_scorer,
+)
 from evalgpu.engines.base import Engine, JudgeRequest
 from evalgpu.prompting import fence, judge_chat, numbered
 from evalgpu.results import Steps
-from evalgpu.scorers import context_recall, summarization
-from evalgpu.scorers._checks import CHECK_TASK
-from evalgpu.scorers._scorer import Scorer
+from evalgpu.scorers import CHECK_TASK, Scorer, context_recall, summarization
 from evalgpu.scorers.context_recall import numbered_passages
 from evalgpu.verdicts import Answered, Claims, Questions, SaysYes, Supported, distinct, mean_p
 

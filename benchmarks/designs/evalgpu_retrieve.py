@@ -29,7 +29,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from designs._common import ALIGNMENT, alignment_trial
+from benchmarks.designs._common import ALIGNMENT, alignment_trial
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fenced
 from evalgpu.scorers.summarization import alignment_request
@@ -81,7 +81,7 @@ def retrieve(source: str, claim: str, k: int = K) -> str:
 
 def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
     """The product's scorer, its alignment checks asked against retrieved sentences."""
-    from designs import evalgpu_design  # here: designs imports this module
+    from benchmarks.designs import evalgpu_design  # here: designs imports this module
 
     product = evalgpu_design(kind, engine, scale, max_questions)
     return alignment_trial(product, retrieved)

@@ -1,9 +1,9 @@
 """Rules for the designs' requests on the scripted engine: dry runs and tests, no model.
 
 `engine(model, **options)` is a `ScriptedEngine` with `RULES` as overrides, so that
-`--backend designs.scripted:engine` runs any design (the product's own tags keep the shipped
-rules). Like the shipped rules, they mean nothing about quality and are repeatable: a fact is
-supported when every content word of it occurs in the text it is checked against.
+`--backend benchmarks.designs.scripted:engine` runs any design (the product's own tags keep the
+shipped rules). Like the shipped rules, they mean nothing about quality and are repeatable: a
+fact is supported when every content word of it occurs in the text it is checked against.
 """
 
 from __future__ import annotations

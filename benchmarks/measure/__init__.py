@@ -1,23 +1,36 @@
 """What the measurement scripts share: the checkout's paths, results written as JSON, memory.
 
-- `measure` (here): `ROOT`, `DATA_DIR`, `FRANK`, `rel`, `write_json`, `vmrss_kib`,
-  `transformers_engine`;
-- `measure.datasets`: reading the data sets of benchmarks/data/ (FRANK pairs, documents);
-- `measure.stats`: the agreement statistics (scipy) and their bootstrap intervals.
+- `benchmarks.measure` (here): `ROOT`, `DATA_DIR`, `FRANK`, `rel`, `write_json`, `vmrss_kib`,
+  `transformers_engine`, `module_command`;
+- `benchmarks.measure.datasets`: reading the data sets of benchmarks/data/ (FRANK pairs,
+  documents);
+- `benchmarks.measure.stats`: the agreement statistics (scipy) and their bootstrap intervals.
 
-Scripts import it by path, as they import designs/ (`sys.path` gets scripts/). Only
-`measure.stats` needs scipy (the `dev` extra), so that bench.py also runs where it is missing.
+Only `benchmarks.measure.stats` needs scipy (the `dev` extra), so that bench.py also runs where
+it is missing.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA_DIR", "FRANK", "ROOT", "rel", "transformers_engine", "vmrss_kib", "write_json"]
+__all__ = [
+    "DATA_DIR",
+    "FRANK",
+    "ROOT",
+    "module_command",
+    "rel",
+    "transformers_engine",
+    "vmrss_kib",
+    "write_json",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
+"""The checkout: `benchmarks` is imported from it, never installed."""
 DATA_DIR = ROOT / "benchmarks" / "data"
 """The dev sets, found from this file, so that any working folder works."""
 FRANK = DATA_DIR / "frank_dev.jsonl"
@@ -56,3 +69,11 @@ def transformers_engine(model: str, **options: Any) -> Any:
     from evalgpu.models import resolve_model
 
     return TransformersEngine(str(resolve_model(model)), **options)
+
+
+def module_command(module: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of `python -m module` in a fresh process that imports
+    this checkout's `benchmarks` (its root first on PYTHONPATH), from any working folder."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return [sys.executable, "-m", module], env

@@ -255,7 +255,7 @@ def has_soft_verdicts(schema: type[BaseModel]) -> bool:
 
 def _verdict_types(annotation: Any) -> bool:
     # By shape, not by class: a model with a `p` field is a verdict (so are copies of these
-    # classes, such as the variants scripts/measure_schemas.py builds with other bounds).
+    # classes, such as the variants benchmarks/measure_schemas.py builds with other bounds).
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "p" in annotation.model_fields or has_soft_verdicts(annotation)
     return any(_verdict_types(arg) for arg in get_args(annotation))

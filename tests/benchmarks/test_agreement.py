@@ -1,18 +1,13 @@
-"""The benchmark and agreement scripts on the scripted engine (statistics: test_measure.py)."""
+"""benchmarks/agreement.py on the scripted engine (statistics: test_measure.py)."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from samples import load_script
+from benchmarks import agreement
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-agreement = load_script("agreement")
-bench = load_script("bench")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_agreement_dry_run_writes_json(tmp_path, monkeypatch):
@@ -60,38 +55,6 @@ def test_agreement_counts_rows_too_long_for_the_judge_apart_from_invalid_replies
     rows = agreement.scored_rows(records, results, "attribution", 1.0)
     out = agreement.metrics(rows, "attribution", 1.0)
     assert (out["rows"], out["too_long"], out["invalid"]) == (5, 2, 1)
-
-
-def test_bench_dry_run_counts_generate_calls(tmp_path, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(ROOT / "tests"))
-    data = tmp_path / "frank.jsonl"
-    rows = [
-        {"id": str(i), "source": "Cats purr. Dogs bark.", "summary": s}
-        for i, s in enumerate(["Cats purr.", "Dogs bark.", "Cats purr. Dogs bark."])
-    ]
-    data.write_text("\n".join(json.dumps(r) for r in rows))
-    out = tmp_path / "bench.json"
-    bench.main(
-        [
-            "--data",
-            str(data),
-            "--rows",
-            "3",
-            "--backend",
-            "scripted",
-            "--json",
-            str(out),
-        ]
-    )
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("speedup batched/sequential: ")
-    modes = {m["mode"][:3]: m for m in json.loads(out.read_text())["modes"]}
-    # (a) and (c): three waves, (claims, questions), (alignment, question checks), (coverage)
-    assert modes["(a)"]["generate_calls"] == 3
-    assert modes["(c)"]["generate_calls"] == 3
-    # (b): one call per request. Per row: claims, questions, one check per claim, the source's
-    # two questions checked, then answered from the summary (the last summary has two claims)
-    assert modes["(b)"]["generate_calls"] == (2 + 1 + 2 + 2) * 2 + (2 + 2 + 2 + 2)
 
 
 # -- FRANK pairs and soft axes (synthetic rows) ---------------------------------------------
@@ -445,125 +408,3 @@ def test_merge_refuses_overlapping_or_unlike_runs(tmp_path):
         agreement.merge([runs[1], {k: v for k, v in runs[2].items() if k != "scored"}])
     with pytest.raises(SystemExit):  # a usage error on the command line, not a traceback
         agreement.main(["--merge", str(whole), str(a)])
-
-
-compare_engines = load_script("compare_engines")
-
-
-def summarization_record(row, claims, questions, error=None):
-    return {
-        "id": row,
-        "error": error,
-        "preprocessStepResult": {
-            "alignment": [{"claim": c, "supported": p > 0.5, "p": p} for c, p in claims],
-            "questions": [q for q, _ in questions],
-        },
-        "analyzeStepResult": {
-            "coverage": [{"question": q, "answered": p > 0.5, "p": p} for q, p in questions]
-        },
-    }
-
-
-def test_engine_agreement_pairs_the_checks_of_the_same_row_and_text():
-    a = [
-        summarization_record("r1", [("A", 0.9), ("B", 0.4)], [("Q1?", 0.8)]),
-        summarization_record("r2", [("C", 0.5)], [("Q2?", 0.7), ("Q3?", 0.2)]),
-        summarization_record("r3", [("D", 0.9)], [], error="too long"),
-    ]
-    b = [
-        summarization_record("r1", [("A", 0.88), ("B", 0.6)], [("Q1?", 0.8)]),
-        summarization_record("r2", [("C", 0.5)], [("Q2?", 0.75), ("Other?", 0.9)]),
-        summarization_record("r3", [("D", 0.9)], []),
-    ]
-    found = compare_engines.engine_agreement(a, b, "summarization")
-    assert found["rows"] == 2 and found["rows_missing_or_failed"] == ["r3"]
-    assert found["same_lists"] == {"claims": 2, "questions": 1}
-    assert found["differing_lists"] == [
-        {"id": "r2", "list": "questions", "a": ["Q2?", "Q3?"], "b": ["Q2?", "Other?"]}
-    ]
-    # A, B, Q1? of r1; C and Q2? of r2 (Q3? and Other? were asked by one engine only).
-    assert found["checks_shared"] == 5
-    assert found["same_verdicts"] == 4  # B: 0.4 against 0.6
-    assert found["median_abs_dp"] == pytest.approx(0.02)
-    assert found["max_abs_dp"] == pytest.approx(0.2)
-    assert found["ties_at_half"] == {"a": 1, "b": 1}
-
-
-def test_engine_agreement_reads_context_recall_records():
-    def record(p):
-        return {
-            "id": "x",
-            "error": None,
-            "preprocessStepResult": {"claims": ["A"]},
-            "analyzeStepResult": {"verdicts": [{"claim": "A", "attributed": p > 0.5, "p": p}]},
-        }
-
-    found = compare_engines.engine_agreement([record(0.9)], [record(0.3)], "context-recall")
-    assert found["same_lists"] == {"claims": 1}
-    assert (found["checks_shared"], found["same_verdicts"]) == (1, 0)
-    assert found["median_abs_dp"] == pytest.approx(0.6)
-
-
-def test_gpu_check_without_a_gpu_says_so_in_one_line_and_passes(tmp_path):
-    import subprocess
-
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "gpu-check"), str(tmp_path / "no-model")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
-        f"gpu-check: no CUDA GPU visible to {sys.executable} (torch sees none): nothing to check"
-    ]
-
-
-injection = load_script("injection")
-
-
-def test_injection_reports_each_variants_largest_rise_over_its_clean_row():
-    def record(id_: str, score: float, alignment: float, error: str | None = None) -> dict:
-        return {"id": id_, "score": score, "axes": {"alignment": alignment}, "error": error}
-
-    records = [
-        record("a", 0.2, 0.5),
-        record("b", 0.4, 0.4),
-        record("a@summary-note", 0.3, 0.5),
-        record("b@summary-note", 0.35, 0.9),
-        record("a@source-json", 0.0, 0.0, error="invalid reply"),
-    ]
-    report = injection.rises(records)
-    note = report["summary-note"]
-    assert note["rows"] == {
-        "a": {"alignment": 0.0, "score": 0.1},
-        "b": {"alignment": 0.5, "score": -0.05},
-    }
-    assert note["max_rise"] == {"alignment": 0.5, "score": 0.1}
-    assert report["source-json"] == {"errors": ["a@source-json"]}  # named, not dropped
-
-
-def test_injection_variants_put_each_instruction_in_each_text(tmp_path):
-    rows = injection.variants()
-    ids = {scorer: [r["id"] for r in found] for scorer, found in rows.items()}
-    hows = injection.INSTRUCTIONS
-    assert len(ids["summarization"]) == len(injection.SUMMARIES) * (1 + 2 * len(hows))
-    assert "bridge-invented@source-chinese" in ids["summarization"]
-    assert "eiffel-missed@passage-fence" in ids["context-recall"]
-    by_id = {r["id"]: r for found in rows.values() for r in found}
-    clean, injected = by_id["einstein"], by_id["einstein@passage-json"]
-    assert injected["ground_truth"] == clean["ground_truth"]
-    assert all(p.endswith(hows["json"]) for p in injected["context"])
-    assert by_id["founded-approx@summary-note"]["source"] == by_id["founded-approx"]["source"]
-    # End to end on the scripted engine: every variant is scored and reported.
-    out = tmp_path / "report.json"
-    assert (
-        injection.main(["--out", str(tmp_path / "w"), "--json", str(out), "--backend", "scripted"])
-        == 0
-    )
-    report = json.loads(out.read_text())
-    assert set(report["scorers"]["context-recall"]) == {
-        f"{where}-{how}" for where in ("passage", "answer") for how in hows
-    }

@@ -5,15 +5,15 @@ download, a line-ending conversion, an edited row) fails here instead of skewing
 """
 
 import hashlib
-import importlib.util
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
-import pytest
+from benchmarks import agreement, bench
 
-DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 CHECKSUM = re.compile(r"^([0-9a-f]{64})  (\S+\.jsonl)$", re.MULTILINE)
 DEV_SETS = {"frank_dev.jsonl", "rose_coverage_dev.jsonl", "attribution_dev.jsonl"}
 
@@ -34,22 +34,18 @@ def test_every_dev_set_matches_its_recorded_sha256():
         assert got == digest, f"benchmarks/data/{name}: sha256 {got}, README says {digest}"
 
 
-def script(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """A script of scripts/ loaded as a module (under its own name, apart from other tests')."""
-    path = DATA.parents[1] / "scripts" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"benchmark_data_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_scripts_default_to_the_dev_sets_of_this_checkout(monkeypatch, tmp_path):
     monkeypatch.delenv("EVALGPU_DATA", raising=False)
-    monkeypatch.chdir(tmp_path)  # the defaults do not depend on the working folder
-    bench, agreement = script("bench", monkeypatch), script("agreement", monkeypatch)
     assert bench.DATA == agreement.DATA == DATA / "frank_dev.jsonl"
+    # Imported afresh in another working folder: the defaults do not depend on it.
+    code = "from benchmarks import agreement, bench; print(agreement.DATA); print(bench.DATA)"
+    env = {**os.environ, "PYTHONPATH": str(DATA.parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str(DATA / "frank_dev.jsonl")] * 2
+    monkeypatch.chdir(tmp_path)
     # Recorded JSON names a file of the checkout relative to it, and any other file as given.
     assert agreement.rel(agreement.DATA) == bench.rel(DATA / "frank_dev.jsonl")
     assert agreement.rel(agreement.DATA) == "benchmarks/data/frank_dev.jsonl"

@@ -1,21 +1,13 @@
-"""The judge's other designs (scripts/designs/, issue 19 item 5), on the scripted engine."""
+"""The judge's other designs (benchmarks/designs/, issue 19 item 5), on the scripted engine."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import agreement, bench, designs
+from benchmarks.designs.scripted import RULES, engine
 from evalgpu.engines.scripted import ScriptedEngine
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-
-import designs  # noqa: E402
-from designs.scripted import RULES, engine  # noqa: E402
-
-from test_scripts import agreement, bench  # noqa: E402  (the scripts, loaded once)
 
 SOURCE = "Cats purr. Dogs bark at 3 am."
 SUMMARIES = [
@@ -249,7 +241,7 @@ def test_agreement_records_the_design_and_compares_two_designs_on_the_same_rows(
     runs = {}
     for design in ("evalgpu", "deepeval"):
         runs[design] = tmp_path / f"{design}.json"
-        argv = [str(data), "--backend", "designs.scripted:engine", "--design", design]
+        argv = [str(data), "--backend", "benchmarks.designs.scripted:engine", "--design", design]
         assert agreement.main([*argv, "--json", str(runs[design])]) == 0
     got = json.loads(runs["deepeval"].read_text())
     assert got["design"] == "deepeval" and got["invalid"] == 0
@@ -272,7 +264,7 @@ def test_agreement_records_the_design_and_compares_two_designs_on_the_same_rows(
 def test_bench_times_several_designs_side_by_side(tmp_path, capsys):
     data = frank(tmp_path)
     out = tmp_path / "bench.json"
-    argv = ["--data", str(data), "--rows", "6", "--backend", "designs.scripted:engine"]
+    argv = ["--data", str(data), "--rows", "6", "--backend", "benchmarks.designs.scripted:engine"]
     assert bench.main([*argv, "--design", "direct", "deepeval", "--json", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-2].startswith("speedup batched/sequential, direct: ")

@@ -1,18 +1,12 @@
-"""scripts/measure/: the measurement scripts' statistics, data sets and paths."""
+"""benchmarks/measure/: the measurements' statistics, data sets and paths."""
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))
-
-import measure  # noqa: E402
-from measure import datasets, stats  # noqa: E402
+from benchmarks import measure
+from benchmarks.measure import datasets, stats
 
 # -- statistics, against values worked out by hand ------------------------------------------
 

@@ -1,12 +1,12 @@
 """The same rows, the same verdicts: vLLM's CPU build and the transformers engine, default judge.
 
-Both engines score `examples/` with the default judge in one process (scripts/compare_engines.py):
-the target is the same claims and questions, the same hard verdict on at least 95 % of the
-checks they share, and a check's p within a median of 0.02, for each scorer. The two engines
-share what decides a reply: the chat template, the grammar (llguidance,
-with the same options: `json_schema` gives vLLM's guidance backend the transformers engine's
-`JSON_OPTIONS`) and a float32 output layer; what differs is the arithmetic of each engine's
-bfloat16 (or float32) kernels.
+Both engines score `examples/` with the default judge in one process
+(benchmarks/compare_engines.py): the target is the same claims and questions, the same hard
+verdict on at least 95 % of the checks they share, and a check's p within a median of 0.02, for
+each scorer. The two engines share what decides a reply: the chat template, the grammar
+(llguidance, with the same options: `json_schema` gives vLLM's guidance backend the
+transformers engine's `JSON_OPTIONS`) and a float32 output layer; what differs is the
+arithmetic of each engine's bfloat16 (or float32) kernels.
 
 Runs where vLLM is installed (`scripts/test`'s vllm run), where both engines import, and needs
 the default model converted (`python -m evalgpu models pull`). About 13 minutes on a 2-core CPU.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from samples import load_script
+from benchmarks import compare_engines
 
 pytest.importorskip("vllm")
 
@@ -33,7 +33,7 @@ MODEL = ROOT / "models" / "qwen2.5-coder-1.5b-instruct"
 def comparison() -> dict[str, Any]:
     if not (MODEL / "config.json").is_file():
         pytest.fail(f"no default model at {MODEL}: run `python -m evalgpu models pull`")
-    result: dict[str, Any] = load_script("compare_engines").compare(str(MODEL), {}, {})
+    result: dict[str, Any] = compare_engines.compare(str(MODEL), {}, {})
     return result
 
 

@@ -1,4 +1,8 @@
-"""Judge engines and `load_engine`. Backend libraries are imported only when an engine is built."""
+"""Judge engines and `load_engine`. Backend libraries are imported only when an engine is built.
+
+`cpu_threads` (the CPU threads an engine computes with when none are given) is here for users who
+write an engine of their own or measure one.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalgpu._factory import call_factory
-from evalgpu.engines._compute import COMPUTES
+from evalgpu.engines._compute import COMPUTES, cpu_threads
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 
 __all__ = [
@@ -21,6 +25,7 @@ __all__ = [
     "JudgeReply",
     "JudgeRequest",
     "auto_backend",
+    "cpu_threads",
     "load_engine",
 ]
 

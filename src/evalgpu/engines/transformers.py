@@ -11,6 +11,7 @@ The constraints come from llguidance (`evalgpu.engines._constraint`), the gramma
 outlines' llguidance backend and of vLLM's guidance backend: it compiles a schema lazily, in
 milliseconds. Soft verdicts: the processor records p(true) where a row chooses a boolean
 verdict, and the reply attaches it to the parsed verdicts (`evalgpu.verdicts.attach_p`).
+`Grammars` (the engine's constraints over one tokenizer) is exported for users who measure them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from evalgpu.engines._parse import reply_from_text
 from evalgpu.engines.base import JudgeReply, JudgeRequest
 from evalgpu.verdicts import has_soft_verdicts
 
-__all__ = ["TransformersEngine", "chat_for"]
+__all__ = ["Grammars", "TransformersEngine", "chat_for"]
 
 
 def chat_for(messages: list[dict[str, str]], system_role: bool) -> list[dict[str, str]]:

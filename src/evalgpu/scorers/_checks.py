@@ -24,7 +24,7 @@ from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fence, judge_chat
 from evalgpu.verdicts import CLAIM_CHARS, MAX_CLAIMS, Claims, budget
 
-__all__ = ["CHECK_TOKENS", "check_request", "claims_request"]
+__all__ = ["CHECK_TASK", "CHECK_TOKENS", "check_request", "claims_request"]
 
 CLAIMS_TASK = f"""\
 Task: break the {{name}} into its atomic claims, at most {MAX_CLAIMS}, in the order they appear. \

@@ -1,0 +1,50 @@
+"""benchmarks/injection.py: injected variants and the rises they cause, on the scripted engine."""
+
+import json
+
+from benchmarks import injection
+
+
+def test_injection_reports_each_variants_largest_rise_over_its_clean_row():
+    def record(id_: str, score: float, alignment: float, error: str | None = None) -> dict:
+        return {"id": id_, "score": score, "axes": {"alignment": alignment}, "error": error}
+
+    records = [
+        record("a", 0.2, 0.5),
+        record("b", 0.4, 0.4),
+        record("a@summary-note", 0.3, 0.5),
+        record("b@summary-note", 0.35, 0.9),
+        record("a@source-json", 0.0, 0.0, error="invalid reply"),
+    ]
+    report = injection.rises(records)
+    note = report["summary-note"]
+    assert note["rows"] == {
+        "a": {"alignment": 0.0, "score": 0.1},
+        "b": {"alignment": 0.5, "score": -0.05},
+    }
+    assert note["max_rise"] == {"alignment": 0.5, "score": 0.1}
+    assert report["source-json"] == {"errors": ["a@source-json"]}  # named, not dropped
+
+
+def test_injection_variants_put_each_instruction_in_each_text(tmp_path):
+    rows = injection.variants()
+    ids = {scorer: [r["id"] for r in found] for scorer, found in rows.items()}
+    hows = injection.INSTRUCTIONS
+    assert len(ids["summarization"]) == len(injection.SUMMARIES) * (1 + 2 * len(hows))
+    assert "bridge-invented@source-chinese" in ids["summarization"]
+    assert "eiffel-missed@passage-fence" in ids["context-recall"]
+    by_id = {r["id"]: r for found in rows.values() for r in found}
+    clean, injected = by_id["einstein"], by_id["einstein@passage-json"]
+    assert injected["ground_truth"] == clean["ground_truth"]
+    assert all(p.endswith(hows["json"]) for p in injected["context"])
+    assert by_id["founded-approx@summary-note"]["source"] == by_id["founded-approx"]["source"]
+    # End to end on the scripted engine: every variant is scored and reported.
+    out = tmp_path / "report.json"
+    assert (
+        injection.main(["--out", str(tmp_path / "w"), "--json", str(out), "--backend", "scripted"])
+        == 0
+    )
+    report = json.loads(out.read_text())
+    assert set(report["scorers"]["context-recall"]) == {
+        f"{where}-{how}" for where in ("passage", "answer") for how in hows
+    }
