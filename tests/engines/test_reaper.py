@@ -22,7 +22,7 @@ dog = watch(before)
 nest = "import subprocess, sys, time; subprocess.Popen(%r); time.sleep(60)" % (sleep,)
 core = subprocess.Popen([sys.executable, "-c", nest])
 while len(descendants(core.pid)) < 1: time.sleep(0.05)
-time.sleep(0.6)  # the watchdog collects every 0.2 s
+time.sleep(1.5)  # the watchdog collects every 0.2 s, once started (slower on a busy machine)
 worker = descendants(core.pid)[0]
 if sys.argv[1] == "settle":  # the engine names what its LLM started: the core alone, here
     dog.settle([p for p in descendants(os.getpid()) if p[0] == core.pid])

@@ -13,7 +13,7 @@ in that minute left its engine core behind too. Until the engine names the proce
 started (`Watchdog.settle`), the watchdog collects, every 0.2 s, its starter's descendants that
 it was not told were there before; killed then, the starter takes those with it.
 
-    python -m evalgpu.engines._reaper PARENT [PID ...]   # what `watch` starts; PIDs: not ours
+    python .../evalgpu/engines/_reaper.py PARENT [PID ...]   # what `watch` starts; PIDs: not ours
 """
 
 from __future__ import annotations
@@ -88,7 +88,14 @@ def watch(before: set[int]) -> Watchdog | None:
         return None
     return Watchdog(
         subprocess.Popen(
-            [sys.executable, "-m", __name__, str(os.getpid()), *map(str, sorted(before))],
+            # The file itself, not `-m`: importing the package would take a second or more on
+            # a loaded machine, and the watchdog must be collecting while vLLM starts.
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                str(os.getpid()),
+                *map(str, sorted(before)),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
