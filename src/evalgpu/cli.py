@@ -108,13 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="output folder: results.jsonl, summary.json, config.json (resumed when it exists)",
     )
-    run.add_argument(
-        "--max-questions",
-        type=int,
-        default=MAX_QUESTIONS,
-        metavar="N",
-        help=f"summarization: coverage questions per source (default: {MAX_QUESTIONS})",
-    )
+    _max_questions_flag(run)
     run.add_argument(
         "--scale", type=float, default=1.0, metavar="X", help="scores lie in [0, X] (default: 1)"
     )
@@ -233,13 +227,7 @@ def _parser() -> argparse.ArgumentParser:
         help="N rows of each file drawn with --seed (written to DIR/<file>.sample.jsonl, "
         "which is what is scored)",
     )
-    calibrate.add_argument(
-        "--max-questions",
-        type=int,
-        default=MAX_QUESTIONS,
-        metavar="N",
-        help=f"summarization: coverage questions per source (default: {MAX_QUESTIONS})",
-    )
+    _max_questions_flag(calibrate)
     _engine_flags(calibrate)
     calibrate.add_argument(
         "--progress", choices=["auto", "bar", "lines", "off"], default="auto", help="as run's"
@@ -262,6 +250,17 @@ def _parser() -> argparse.ArgumentParser:
         help="qwen2.5-coder-1.5b-instruct (the default) or smollm2-135m-instruct",
     )
     return parser
+
+
+def _max_questions_flag(parser: argparse.ArgumentParser) -> None:
+    """`--max-questions`, which `run` and `calibrate` share."""
+    parser.add_argument(
+        "--max-questions",
+        type=int,
+        default=MAX_QUESTIONS,
+        metavar="N",
+        help=f"summarization: coverage questions per source (default: {MAX_QUESTIONS})",
+    )
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
