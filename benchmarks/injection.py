@@ -9,6 +9,12 @@ variant and axis, the largest rise over the clean row's value. Target: none abov
     .venv/bin/python scripts/injection.py --json docs/measured/injection.json
     .venv/bin/python scripts/injection.py --out runs/injection   # keep the rows and the runs
     .venv/bin/python scripts/injection.py --backend scripted     # other arguments go to `run`
+    .venv/bin/python scripts/injection.py --design evalgpu-coverage-claims --json out.json
+
+`--design NAME` scores the summarization variants in this process with a judge design of
+benchmarks/designs/ (`--backend`, `--model`, `--max-questions` as `run` has them): a trial design
+that records the product's reading beside its own (`<axis>_product`) is then measured against
+the product in the same run, on the same claims and questions. Context recall is left out there.
 
 The rows are `examples/` rows whose score a purchase of "yes" would raise: a summary that
 invents or approximates (bridge-invented, founded-approx), a ground truth no passage supports
@@ -25,7 +31,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.designs import make
 from benchmarks.measure import ROOT, write_json
+from evalgpu import load_engine
+from evalgpu.scorers.summarization import MAX_QUESTIONS
 
 TARGET = 0.02
 """The largest rise of an axis a variant may cause (issue 36)."""
@@ -100,6 +109,30 @@ def score(scorer: str, rows: list[dict[str, Any]], folder: Path, extra: list[str
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
+def score_design(
+    design: str, rows: list[dict[str, Any]], options: argparse.Namespace
+) -> list[dict]:
+    """The summarization `rows` scored in this process by `design`, as records: id, score,
+    axes (with `score_soft`, and `score_soft_product` where the design records the product's
+    coverage), error."""
+    engine = load_engine(options.model, backend=options.backend)
+    scorer = make(design, "faithfulness", engine, 1.0, options.max_questions)
+    results = scorer.run_batch([{"source": r["source"], "output": r["summary"]} for r in rows])
+    records = []
+    for row, result in zip(rows, results, strict=True):
+        axes = dict(result.axes or {})
+        if "alignment_soft" in axes:
+            axes["score_soft"] = min(axes["alignment_soft"], axes["coverage_soft"])
+            if "coverage_soft_product" in axes:
+                axes["score_soft_product"] = min(
+                    axes["alignment_soft"], axes["coverage_soft_product"]
+                )
+        records.append(
+            {"id": row["id"], "score": result.score, "axes": axes, "error": result.error}
+        )
+    return records
+
+
 def rises(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Per variant (`where-how`), each axis's largest rise over its clean row, and the rows."""
     clean = {r["id"]: r for r in records if "@" not in r["id"]}
@@ -125,7 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--out", type=Path, help="keep the rows and runs here (default: none)")
+    parser.add_argument("--design", help="score summarization in this process by this design")
     args, extra = parser.parse_known_args(argv)  # the rest goes to `evalgpu run`
+    if args.design:
+        design = argparse.ArgumentParser(prog="injection.py --design")
+        design.add_argument("--backend", default="auto")
+        design.add_argument("--model", default=None)
+        design.add_argument("--max-questions", type=int, default=MAX_QUESTIONS)
+        options = design.parse_args(extra)
+        found = rises(score_design(args.design, variants()["summarization"], options))
+        report = {"target_max_rise": TARGET, "design": args.design, "options": vars(options)}
+        return report_rises({**report, "scorers": {}}, {"summarization": found}, args.json)
     if args.out is None:
         with tempfile.TemporaryDirectory(prefix="injection-") as temp:
             return measure(Path(temp), extra, args.json)
@@ -136,15 +179,31 @@ def main(argv: list[str] | None = None) -> int:
 def measure(folder: Path, extra: list[str], json_path: Path | None) -> int:
     """Score the variants in `folder`, print the largest rises, write the report."""
     report: dict[str, Any] = {"target_max_rise": TARGET, "run_options": extra, "scorers": {}}
+    found = {
+        scorer: rises(score(scorer, rows, folder, extra)) for scorer, rows in variants().items()
+    }
+    return report_rises(report, found, json_path)
+
+
+def report_rises(
+    report: dict[str, Any], found: dict[str, dict[str, Any]], json_path: Path | None
+) -> int:
+    """Print each variant's largest rise (the design's own axes; `<axis>_product` apart), and
+    write `report` with them."""
     worst = 0.0
-    for scorer, rows in variants().items():
-        found = rises(score(scorer, rows, folder, extra))
-        report["scorers"][scorer] = found
-        for variant, entry in sorted(found.items()):
-            top = max(entry.get("max_rise", {}).items(), key=lambda kv: kv[1], default=("-", 0.0))
+    for scorer, variants_found in found.items():
+        report["scorers"][scorer] = variants_found
+        for variant, entry in sorted(variants_found.items()):
+            own = {a: d for a, d in entry.get("max_rise", {}).items() if not a.endswith("_product")}
+            top = max(own.items(), key=lambda kv: kv[1], default=("-", 0.0))
             worst = max(worst, top[1])
             flag = "ok" if top[1] <= TARGET else "RISES"
-            print(f"{scorer:15} {variant:18} largest rise {top[1]:+.3f} ({top[0]}) {flag}")
+            line = f"{scorer:15} {variant:18} largest rise {top[1]:+.3f} ({top[0]}) {flag}"
+            product = {a: d for a, d in entry.get("max_rise", {}).items() if a.endswith("_product")}
+            if product:
+                axis, rise = max(product.items(), key=lambda kv: kv[1])
+                line += f"; the product's {rise:+.3f} ({axis})"
+            print(line)
     report["largest_rise"] = round(worst, 3)
     print(f"largest rise of any axis: {worst:+.3f} (target <= +{TARGET})")
     if json_path:

@@ -33,7 +33,7 @@ VERDICT_STEPS = {
 """Each design's steps whose replies are verdicts (the others list claims or questions)."""
 
 
-def test_the_designs_are_the_product_and_eight_others():
+def test_the_designs_are_the_product_and_nine_others():
     assert list(designs.DESIGNS) == [
         "evalgpu",
         "mastra-1call",
@@ -44,6 +44,7 @@ def test_the_designs_are_the_product_and_eight_others():
         "evalgpu-contrast",
         "evalgpu-fewshot",
         "evalgpu-retrieve",
+        "evalgpu-coverage-claims",
     ]
     assert designs.DEFAULT == "evalgpu"
     with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
@@ -441,3 +442,40 @@ def test_evalgpu_retrieve_asks_each_alignment_check_again_against_retrieved_sent
     assert fenced(prompt, "source") == ["Cats purr. Dogs bark at 3 am. Birds sing at dawn."]
     assert fenced(prompt, "claim") == ["Birds sing at 3 am."]
     assert asked.tag == retrieve.TAG
+
+
+def test_evalgpu_coverage_claims_answers_each_question_again_from_the_summarys_claims():
+    from evalgpu.prompting import fenced
+
+    trial_design = designs.evalgpu_coverage_claims
+    product, trial = engine(), engine()
+    runs = [{"input": SOURCE, "output": "Dogs bark at 3 am. Cats purr. Dogs bark at 3 am."}]
+    ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(runs)
+    theirs = designs.make(trial_design.NAME, "faithfulness", trial, 1.0, 3).run_batch(runs)
+    checks = [r for r in product.requests if r.tag == trial_design.COVERAGE]
+    assert checks
+    assert len(trial.requests) == len(product.requests) + len(checks)
+    sent = [r.messages for r in trial.requests]
+    assert all(check.messages in sent for check in checks)  # the product's, unchanged
+    again = [
+        r
+        for r in trial.requests
+        if r.tag == trial_design.COVERAGE and r.messages not in [c.messages for c in checks]
+    ]
+    assert len(again) == len(checks)
+    for check, asked in zip(checks, again, strict=True):
+        prompt = asked.messages[-1]["content"]
+        # The summary's distinct claims, one per line, stand where the summary stood.
+        assert fenced(prompt, "summary") == ["Dogs bark at 3 am.\nCats purr."]
+        assert fenced(prompt, "question") == fenced(check.messages[-1]["content"], "question")
+    # The scripted judge reads only words, which the claims keep: the verdicts agree, and the
+    # product's axes are recorded beside the trial's.
+    (mine,), (product_result,) = theirs, ours
+    for axis in ("coverage", "coverage_soft"):
+        assert mine.axes[axis] == pytest.approx(product_result.axes[axis])
+        assert mine.axes[f"{axis}_product"] == pytest.approx(product_result.axes[axis])
+    assert mine.axes["alignment"] == pytest.approx(product_result.axes["alignment"])
+    # Attribution is the product's.
+    assert designs.make(trial_design.NAME, "attribution", engine(), 1.0, 3).id == (
+        designs.make("evalgpu", "attribution", engine(), 1.0, 3).id
+    )
