@@ -1,8 +1,9 @@
-"""The driver's seams: a chunk scored into records without writing; resume by `done`; a row
-that cannot be prepared fails alone."""
+"""The driver's seams: a row read once; a chunk scored into records without writing, each row
+by the scorers its `todo` names; a row that cannot be prepared fails alone."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from evalgpu import create_context_recall_scorer, create_summarization_scorer, e
 from evalgpu.data import RowError
 from evalgpu.driver import CHUNK_ROWS, ChunkSizer, Driver
 from evalgpu.engines.scripted import ScriptedEngine
-from evalgpu.rows import Row, RowReader
+from evalgpu.rows import Fields, Row, RowReader
 from samples import SOURCE, summary_rows
 
 
@@ -27,7 +28,7 @@ def test_score_chunk_returns_records_in_row_then_scorer_order(engine: ScriptedEn
         Row(0, 1, {"id": 7, "source": SOURCE, "summary": SOURCE, "ground_truth": SOURCE}),
         Row(1, 3, RowError("line is not valid JSON")),
     ]
-    records = driver.score_chunk(chunk)
+    records = driver.score_chunk(list(driver.read(chunk)))
     assert [(r["file"], r["row"], r["id"], r["scorer"]) for r in records] == [
         ("a.jsonl", 1, "7", "summarization-scorer"),
         ("a.jsonl", 1, "7", "context-recall-scorer"),
@@ -46,36 +47,50 @@ def test_score_chunk_returns_records_in_row_then_scorer_order(engine: ScriptedEn
     ]
 
 
-def test_done_outcomes_are_skipped(engine: ScriptedEngine) -> None:
+def test_a_row_is_scored_by_the_scorers_its_todo_names(engine: ScriptedEngine) -> None:
     summarization = create_summarization_scorer(engine)
     recall = create_context_recall_scorer(engine, context=[SOURCE])
     driver = Driver([summarization, recall])
-    rows = [
-        Row(0, n, {"source": SOURCE, "summary": SOURCE, "ground_truth": SOURCE}) for n in (1, 2)
+    fields = {"source": SOURCE, "summary": SOURCE, "ground_truth": SOURCE}
+    rows = list(driver.read([Row(0, 1, fields), Row(0, 2, fields)]))
+    rows = [replace(rows[0], todo=(recall.id,)), rows[1]]  # row 2: every scorer (None)
+    records = driver.score_chunk(rows)
+    assert [(r["row"], r["scorer"]) for r in records] == [
+        (1, recall.id),
+        (2, summarization.id),
+        (2, recall.id),
     ]
-    skipped: list[int] = []
 
-    def done(file: int, row: int, scorer: str) -> bool:
-        return row == 1 or scorer == recall.id
 
-    (chunk,) = driver.chunks(rows, size=256, done=done, on_skip=lambda r: skipped.append(r.number))
-    assert skipped == [1]
-    assert [r.number for r in chunk] == [2]
-    records = driver.score_chunk(chunk, done)
-    assert [(r["row"], r["scorer"]) for r in records] == [(2, summarization.id)]
+def test_a_row_is_read_once_its_id_problem_and_source_taken_through_the_map() -> None:
+    reader = RowReader({"id": "key", "source": "article"})
+    read = list(
+        reader.read(
+            [
+                Row(0, 1, {"key": 7, "article": "A.", "id": "not this one"}),
+                Row(0, 2, {"key": [1], "input": {"b": 1, "a": 2}}),
+                Row(0, 3, RowError("line is not valid JSON")),
+            ]
+        )
+    )
+    assert [(r.id, r.problem, r.group) for r in read] == [
+        ("7", None, "A."),
+        (None, "id: must be a string or an integer, got a list", '{"a": 2, "b": 1}'),
+        (None, "line is not valid JSON", None),
+    ]
 
 
 def test_an_exception_while_preparing_a_row_fails_that_row_only(
     engine: ScriptedEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fields = RowReader.fields
+    get = Fields.get
 
-    def fragile(self: RowReader, record: dict[str, Any]) -> Any:
-        if record.get("id") == "r1":
+    def fragile(self: Fields, name: str, *alternatives: str) -> Any:
+        if self.record.get("id") == "r1":  # a hostile value, as a scorer reads it
             raise RecursionError("maximum recursion depth exceeded")
-        return fields(self, record)
+        return get(self, name, *alternatives)
 
-    monkeypatch.setattr(RowReader, "fields", fragile)
+    monkeypatch.setattr(Fields, "get", fragile)
     got = evaluate(summary_rows(3), [create_summarization_scorer(engine)]).run().records
     assert got[1]["error"] == 'row 2 (id "r1"): RecursionError: maximum recursion depth exceeded'
     assert got[1]["errorKind"] == "input"
@@ -91,17 +106,11 @@ def test_chunks_close_where_the_source_changes(engine: ScriptedEngine) -> None:
         Row(0, n, RowError("line is not valid JSON") if s == "X" else {"source": s, "summary": "x"})
         for n, s in enumerate(sources, 1)
     ]
-    skipped: list[int] = []
-
-    def done(file: int, row: int, scorer_id: str) -> bool:
-        return row == 1  # a previous run scored row 1
-
-    chunks = driver.chunks(rows, size=2, done=done, on_skip=lambda r: skipped.append(r.number))
+    chunks = driver.chunks(driver.read(rows[1:]), size=2)  # row 1 scored by a previous run
     numbers = [[row.number for row in chunk] for chunk in chunks]
-    # Row 1 is skipped; "a" is kept whole past 2 rows; "c" is cut at twice the size; the
-    # unreadable row 11 makes no calls and cuts nothing: it joins the chunk before it.
+    # "a" is kept whole past 2 rows; "c" is cut at twice the size; the unreadable row 11 makes
+    # no calls and cuts nothing: it joins the chunk before it.
     assert numbers == [[2, 3], [4, 5], [6, 7, 8, 9], [10, 11], [12]]
-    assert skipped == [1]
 
 
 def test_a_time_sized_chunk_starts_at_one_row_and_grows_to_the_rate() -> None:
@@ -138,7 +147,7 @@ def test_each_chunk_takes_the_size_the_sizer_has_when_it_starts(engine: Scripted
     rows = [Row(0, n, {"source": f"s{n}", "summary": "x"}) for n in range(1, 12)]
     sizer = ChunkSizer(seconds=60)
     sizes = []
-    for chunk in driver.chunks(rows, size=sizer):
+    for chunk in driver.chunks(driver.read(rows), size=sizer):
         sizes.append(len(chunk))
         sizer.observe(len(chunk), 60.0 * len(chunk) / 3)  # 3 rows a minute
     assert sizes == [1, 3, 3, 3, 1]

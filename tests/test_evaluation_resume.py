@@ -46,7 +46,7 @@ def test_an_executor_scores_chunks_elsewhere_and_the_run_appends_and_counts_them
 
     def elsewhere(run: Evaluation, chunks: Iterator[list[Row]]) -> Iterator[tuple[int, list[Any]]]:
         driver = Driver(scorers, files=run.files)
-        scored = [(c, driver.score_chunk(c, run.folder.done)) for c in chunks]
+        scored = [(c, driver.score_chunk(c)) for c in chunks]
         assert [len(c) for c, _ in scored] == [1, 1, 1]
         (first, a), (_, b), (third, c) = scored
         yield len(third), [{**c[0], "score": None, "error": "row 3: boom"}]
@@ -247,7 +247,7 @@ def test_by_default_the_first_chunk_is_one_row_and_later_ones_fit_a_minute(
         for chunk in chunks:
             sizes.append(len(chunk))
             clock[0] += 20.0 * len(chunk)
-            yield len(chunk), driver.score_chunk(chunk, run.folder.done)
+            yield len(chunk), driver.score_chunk(chunk)
 
     out = tmp_path / "out"
     run = evaluate(data, scorers, out=out, executor=slow)

@@ -18,6 +18,7 @@ from evalgpu.engines.scripted import ScriptedEngine
 from evalgpu.models import DEFAULT_MODEL
 from evalgpu.report import write_report
 from evalgpu.results import RESULT_VERSION
+from evalgpu.rows import Row
 from evalgpu.storage import (
     CONFIG_VERSION,
     ConfigError,
@@ -173,6 +174,29 @@ def test_the_folder_knows_what_is_done_and_never_writes_a_success_twice(tmp_path
         assert not folder.done(0, 1, sid)  # nothing read before resume
         folder.resume()
         assert folder.done(0, 1, sid) and folder.done(0, 2, sid) and not folder.done(0, 3, sid)
+
+
+def test_the_folder_alone_says_which_rows_and_scorers_are_still_to_score(tmp_path: Path) -> None:
+    out, sid, other = tmp_path / "out", "summarization-scorer", "context-recall-scorer"
+    rows = [Row(0, n, {}) for n in (1, 2, 3)]
+    with OutputFolder(out, config()) as folder:
+        with pytest.raises(RuntimeError, match="pending before resume"):
+            next(folder.pending(rows, [sid]))
+        folder.resume()
+        folder.append([record(1), record(2, "row 2: boom")])
+        skipped: list[int] = []
+        todo = folder.pending(rows, [sid, other], lambda r: skipped.append(r.number))
+        # Row 1 still lacks the other scorer; row 2's failure is retried; row 3 is new.
+        assert [(r.number, r.todo) for r in todo] == [
+            (1, (other,)),
+            (2, (sid, other)),
+            (3, (sid, other)),
+        ]
+        assert skipped == []
+        assert [
+            r.number for r in folder.pending(rows, [sid], lambda r: skipped.append(r.number))
+        ] == [2, 3]
+        assert skipped == [1]
 
 
 def test_summary_json_holds_the_configuration_the_aggregates_and_the_run(tmp_path: Path) -> None:

@@ -101,11 +101,11 @@ class Replica:
     def _wave(self, wave: WaveStats) -> None:
         self.output_tokens += wave.output_tokens
 
-    def score(self, rows: list[Row], done: set[tuple[int, int, str]]) -> Scored:
-        """A chunk's records (`Driver.score_chunk`), but for the (file, row, scorer) of
-        `done` (a success is recorded already), and what the driver counts."""
+    def score(self, rows: list[Row]) -> Scored:
+        """A chunk's records (`Driver.score_chunk`: each row by the scorers of its `Row.todo`),
+        and what the driver counts."""
         before = self.output_tokens
-        records = self.driver.score_chunk(rows, lambda *key: key in done)
+        records = self.driver.score_chunk(rows)
         return Scored(records, self.output_tokens - before, self.name)
 
 
@@ -227,7 +227,7 @@ def _scatter(
 ) -> Iterator[tuple[int, list[Record]]]:
     """`run_ray`'s executor (`evalgpu.evaluation.Executor`): `replicas` actors, each with one CPU
     and `gpus_per_replica` GPUs; each chunk to the least loaded, at most `IN_FLIGHT` on each,
-    with what the folder already holds of its rows; the records in the order they finish."""
+    each row naming the scorers still to score it; the records in the order they finish."""
     env = _forwarded_env()
     actor = ray.remote(Replica).options(
         num_cpus=1,
@@ -244,14 +244,8 @@ def _scatter(
     run.engine_name = None  # named by the replicas that score
     while True:
         while min(load) < IN_FLIGHT and (chunk := next(chunks, None)) is not None:
-            done = {
-                (r.file, r.number, i)
-                for r in chunk
-                for i in (s.id for s in run.scorers)
-                if run.folder.done(r.file, r.number, i)
-            }
             at = load.index(min(load))
-            pending[actors[at].score.remote(chunk, done)] = at, len(chunk)
+            pending[actors[at].score.remote(chunk)] = at, len(chunk)
             load[at] += 1
         if not pending:
             return

@@ -6,16 +6,19 @@ and the Ray replicas. The data flow reads one way:
     file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine
          -> records (`Driver.score_chunk`) -> the output folder (`evalgpu.storage`) -> report
 
-`chunks` cuts the rows still to score into chunks (a source's rows together); `score_chunk`
-scores one and writes nothing, so a chunk can be scored in another process. A record is one
-`results.jsonl` line (`results.make_record`), the same dict for every entry point.
+`read` takes what every step reads of a row once (`RowReader.read`: its id, why it cannot be
+scored, its source); `chunks` cuts the rows to score into chunks (a source's rows together);
+`score_chunk` scores one and writes nothing, so a chunk can be scored in another process. Which
+rows and scorers are still to score is the output folder's to say (`Row.todo`, set by
+`evalgpu.storage.OutputFolder.pending`), not the driver's. A record is one `results.jsonl` line
+(`results.make_record`), the same dict for every entry point.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalgpu._options import check_count
@@ -25,11 +28,7 @@ from evalgpu.rows import Row, RowReader, row_label
 from evalgpu.runner import Runner, WaveStats
 from evalgpu.scorers._scorer import Scorer
 
-__all__ = ["CHUNK_ROWS", "CHUNK_SECONDS", "ChunkSizer", "Done", "Driver"]
-
-Done = Callable[[int, int, str], bool]
-"""`(file, row, scorer_id) -> bool`: True when that outcome is already recorded (resume)."""
-
+__all__ = ["CHUNK_ROWS", "CHUNK_SECONDS", "ChunkSizer", "Driver"]
 
 CHUNK_SECONDS = 60.0
 """How long a time-sized chunk aims to take (`--chunk-seconds`): what a `kill -9` can lose."""
@@ -117,19 +116,22 @@ class Driver:
             if key not in self._runners:
                 self._runners[key] = Runner(scorer.engine, on_wave=on_wave)
 
-    def failed(
-        self, row: Row, ident: str | None, scorer: str, error: str, kind: ErrorKind
-    ) -> Record:
+    def failed(self, row: Row, scorer: str, error: str, kind: ErrorKind) -> Record:
         """The error record of (row, scorer): `error` prefixed with the row's label."""
         result = ScoreResult(
             scorer=scorer,
-            error=f"{row_label(row, self.files, ident, self.noun)}: {error}",
+            error=f"{row_label(row, self.files, self.noun)}: {error}",
             error_kind=kind,
         )
-        return make_record(self._base(row, ident, scorer), result)
+        return make_record(self._base(row, scorer), result)
 
-    def _base(self, row: Row, ident: str | None, scorer: str) -> Record:
-        return {"row": row.number, "id": ident, "file": self.files[row.file], "scorer": scorer}
+    def _base(self, row: Row, scorer: str) -> Record:
+        return {"row": row.number, "id": row.id, "file": self.files[row.file], "scorer": scorer}
+
+    def read(self, rows: Iterable[Row]) -> Iterator[Row]:
+        """The rows as read through the column map, their id and source taken once
+        (`RowReader.read`): what `chunks` and `score_chunk` take."""
+        return self.reader.read(rows)
 
     def prepare(self, row: Row) -> Row:
         """`row`, with its output made by `target` when there is one and the row has none."""
@@ -140,40 +142,42 @@ class Driver:
         try:
             output = self.target(record.get(self.reader.mapping.get("input", "input")))
         except Exception as exc:  # the caller's agent may raise anything: this row fails
-            return Row(row.file, row.number, RowError(f"target raised {type(exc).__name__}: {exc}"))
-        return Row(row.file, row.number, {**record, column: output})
+            problem = f"target raised {type(exc).__name__}: {exc}"
+            return replace(row, record=RowError(problem), problem=problem)
+        return replace(row, record={**record, column: output})
 
-    def score_chunk(self, rows: Sequence[Row], done: Done | None = None) -> list[Record]:
-        """Score one chunk of (prepared) rows; return their records, in row then scorer order.
+    def score_chunk(self, rows: Sequence[Row]) -> list[Record]:
+        """Score one chunk of read, prepared rows; return their records, in row then scorer
+        order.
 
-        Writes nothing. A (row, scorer) for which `done` is True is skipped. A row that
-        cannot be scored gets an error record naming it; the other rows are scored. An engine
-        that breaks its contract (`Runner.run` raises: too few replies) fails the rows it
-        was judging in this chunk, not the run; a rerun retries them.
+        Writes nothing. A row is scored by the scorers of its `Row.todo` (None: all). A row
+        that cannot be scored gets an error record naming it; the other rows are scored. An
+        engine that breaks its contract (`Runner.run` raises: too few replies) fails the rows
+        it was judging in this chunk, not the run; a rerun retries them.
         """
         records: list[Record] = []
         jobs: dict[int, list[tuple[int, str, Steps, str]]] = {k: [] for k in self._runners}
         for row in rows:
-            ident, row_problem = self.reader.id(row)
-            label = row_label(row, self.files, ident, self.noun)  # `[file ]row N[ (id "x")]`
+            label = row_label(row, self.files, self.noun)  # `[file ]row N[ (id "x")]`
+            fields = self.reader.fields(row.record) if isinstance(row.record, dict) else None
             for scorer in self.scorers:
-                if done is not None and done(row.file, row.number, scorer.id):
+                if row.todo is not None and scorer.id not in row.todo:
                     continue
-                problem = row_problem
+                problem = row.problem
                 kind: ErrorKind = "input"
                 if problem is None:
-                    assert isinstance(row.record, dict)
+                    assert fields is not None
                     try:
-                        steps = scorer.steps(self.reader.fields(row.record))
+                        steps = scorer.steps(fields)
                     except InputError as exc:
                         problem, kind = str(exc), exc.kind
                     except Exception as exc:  # hostile values (nesting too deep, ...): one row's
                         problem = f"{type(exc).__name__}: {exc}"
                 if problem is not None:
-                    records.append(self.failed(row, ident, scorer.id, problem, kind))
+                    records.append(self.failed(row, scorer.id, problem, kind))
                     continue
                 jobs[id(scorer.engine)].append((len(records), scorer.id, steps, label))
-                records.append(self._base(row, ident, scorer.id))
+                records.append(self._base(row, scorer.id))
         for key, group in jobs.items():
             if not group:
                 continue
@@ -192,21 +196,13 @@ class Driver:
                 records[slot] = make_record(records[slot], result)
         return records
 
-    def chunks(
-        self,
-        rows: Iterable[Row],
-        *,
-        size: ChunkSizer | int,
-        done: Done | None = None,
-        on_skip: Callable[[Row], None] | None = None,
-    ) -> Iterator[list[Row]]:
-        """The rows still to score, prepared, a chunk at a time.
+    def chunks(self, rows: Iterable[Row], *, size: ChunkSizer | int) -> Iterator[list[Row]]:
+        """The (read) rows, prepared, a chunk at a time.
 
         Rows are read as the chunks need them, so memory depends on the chunk size, not on the
-        number of rows. A row whose every scorer is `done` is not scored (`on_skip` is told).
-        A chunk's size is `size`'s rows when the chunk starts (a `ChunkSizer` the caller tells
-        how long each chunk took, or an int: fixed). A chunk closes once
-        it holds that many rows and the next row has another source (`RowReader.group`), so
+        number of rows. A chunk's size is `size`'s rows when the chunk starts (a `ChunkSizer`
+        the caller tells how long each chunk took, or an int: fixed). A chunk closes once
+        it holds that many rows and the next row has another source (`Row.group`), so
         that a source's summaries (FRANK has 4-5 an article) share one chunk: its questions
         are asked once and its prefix computed once. At twice the size it closes regardless,
         which bounds memory.
@@ -216,11 +212,7 @@ class Driver:
         rows_wanted = sizer.rows
         last: str | None = None
         for row in rows:
-            if done is not None and all(done(row.file, row.number, s.id) for s in self.scorers):
-                if on_skip is not None:
-                    on_skip(row)
-                continue
-            key = self.reader.group(row)
+            key = row.group
             # A row without a source (an unreadable one) makes no judge calls: no cut there.
             cut = len(chunk) >= rows_wanted and key is not None and key != last
             if cut or len(chunk) >= 2 * rows_wanted:

@@ -45,8 +45,9 @@ DataSource = str | Path | Sequence[str | Path] | Iterable[dict[str, Any]]
 Executor = Callable[["Evaluation", Iterator[list[Row]]], Iterator[tuple[int, list[Record]]]]
 """Scores a run's chunks: `(run, chunks)` -> `(rows, records)` of each chunk, in any order.
 
-The records are `Driver.score_chunk`'s, but for the (row, scorer) that `run.folder.done`
-holds. The default scores each chunk here; `evalgpu.distributed` scores them on Ray actors."""
+The records are `Driver.score_chunk`'s: each row by the scorers its `Row.todo` names (the
+output folder's `pending` said which). The default scores each chunk here;
+`evalgpu.distributed` scores them on Ray actors."""
 
 
 @dataclass
@@ -335,7 +336,7 @@ class Evaluation:
 
         def noted(rows: Iterable[Row]) -> Iterator[Row]:
             for row in rows:
-                notice = self.repeats.note(driver.reader.id(row)[0], row, self.files)
+                notice = self.repeats.note(row, self.files)
                 if notice is not None:
                     tell(notice)
                 yield row
@@ -349,7 +350,8 @@ class Evaluation:
         else:
             rows = file_rows(self.paths, limit=self.limit, on_file_error=file_error)
         sizer = ChunkSizer(self.chunk_seconds, self.chunk_size)
-        chunks = driver.chunks(noted(rows), size=sizer, done=self.folder.done, on_skip=skipped)
+        todo = self.folder.pending(noted(driver.read(rows)), [s.id for s in self.scorers], skipped)
+        chunks = driver.chunks(todo, size=sizer)
         since = time.monotonic()
         for n, records in (self.executor or _here(driver))(self, handed(chunks)):
             written = self.folder.append(records)  # none that the folder holds a success for
@@ -397,7 +399,7 @@ def _here(driver: Driver) -> Executor:
 
     def score(run: Evaluation, chunks: Iterator[list[Row]]) -> Iterator[tuple[int, list[Record]]]:
         for chunk in chunks:
-            yield len(chunk), driver.score_chunk(chunk, run.folder.done)
+            yield len(chunk), driver.score_chunk(chunk)
 
     return score
 
@@ -447,7 +449,7 @@ def run_evals(
     entries: list[dict[str, Any]] = []
     sizer = ChunkSizer()
     since = time.monotonic()
-    for chunk in driver.chunks(rows(), size=sizer):
+    for chunk in driver.chunks(driver.read(rows()), size=sizer):
         records = driver.score_chunk(chunk)
         now = time.monotonic()
         sizer.observe(len(chunk), now - since)

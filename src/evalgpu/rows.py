@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,16 @@ class Row:
     """1-based line number (JSON Lines, CSV) or element number (JSON, Parquet, Python)."""
     record: dict[str, Any] | RowError
     """The row's fields, or why it could not be read."""
+    id: str | None = None
+    """Its id, as records carry it (`RowReader.read` takes it once, through the column map)."""
+    problem: str | None = None
+    """Why it cannot be scored before any scorer reads it (unreadable, an id of a wrong type)."""
+    group: str | None = None
+    """What rows that share judge calls have in common (`RowReader.read`: the source, else
+    the input, else the ground truth); None for a row that makes no judge calls."""
+    todo: tuple[str, ...] | None = None
+    """The scorers still to score it (`evalgpu.storage.OutputFolder.pending` decides); None:
+    every scorer of the run."""
 
 
 @dataclass(frozen=True)
@@ -143,17 +153,18 @@ class RowReader:
             if not column:
                 raise ValueError(f"map: {key}= needs a column name")
 
-    def id(self, row: Row) -> tuple[str | None, str | None]:
-        """The row's id (its mapped `id` column) and an error when it is of a wrong type."""
-        return row_id(row.record, self.mapping.get("id", "id"))
+    def read(self, rows: Iterable[Row]) -> Iterator[Row]:
+        """The rows with what every later step reads of them taken once: `Row.id`,
+        `Row.problem` (an unreadable row, an id of a wrong type) and `Row.group`."""
+        for row in rows:
+            ident, problem = row_id(row.record, self.mapping.get("id", "id"))
+            yield replace(row, id=ident, problem=problem, group=self._group(row.record))
 
-    def group(self, row: Row) -> str | None:
-        """What rows that share judge calls have in common: the source (else the input, else
-        the ground truth); None for a row that cannot be read (it makes no judge calls)."""
-        if isinstance(row.record, RowError):
+    def _group(self, record: dict[str, Any] | RowError) -> str | None:
+        if isinstance(record, RowError):
             return None
         for key in ("source", "input", "ground_truth"):
-            value = row.record.get(self.mapping.get(key, key))
+            value = record.get(self.mapping.get(key, key))
             if value is not None:
                 return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
         return None
@@ -163,13 +174,16 @@ class RowReader:
         return Fields(record, self.mapping)
 
 
-def row_label(row: Row, files: Sequence[str | None], ident: str | None, noun: str = "row") -> str:
-    """How messages name a row: `[file ]row N[ (id "x")]` (the file only when there are several)."""
+def row_label(
+    row: Row, files: Sequence[str | None], noun: str = "row", *, named: bool = True
+) -> str:
+    """How messages name a row: `[file ]row N[ (id "x")]` (the file only when there are
+    several; the id when `named` and the row has one)."""
     label = f"{noun} {row.number}"
     if len(files) > 1:
         label = f"{files[row.file]} {label}"
-    if ident is not None:
-        label += f" (id {json.dumps(ident, ensure_ascii=False)})"
+    if named and row.id is not None:
+        label += f" (id {json.dumps(row.id, ensure_ascii=False)})"
     return label
 
 
@@ -245,18 +259,19 @@ class RepeatedIds:
             self.examples.append({"id": ident, "file": file, "row": row})
         return True
 
-    def note(self, ident: str | None, row: Row, files: Sequence[str | None]) -> str | None:
+    def note(self, row: Row, files: Sequence[str | None]) -> str | None:
         """Note the row's id (`check`); the line to show when it names a repeat, else None.
 
         The first `IDS_NAMED` repeated ids are named one by one, then one line says that the
         rest are only counted.
         """
+        ident = row.id
         if not self.check(ident, files[row.file], row.number):
             return None
         named = len(self.repeated)
         if named <= IDS_NAMED:
             return (
-                f"{row_label(row, files, None)}: id {json.dumps(ident, ensure_ascii=False)} "
+                f"{row_label(row, files, named=False)}: id {json.dumps(ident, ensure_ascii=False)} "
                 "repeats an earlier row's id (both are scored)"
             )
         if named == IDS_NAMED + 1:

@@ -11,8 +11,10 @@ the same for the command line and Python:
   `kill -9` loses at most the chunk in flight; a torn last line is cut off when the folder is
   opened again, before anything is appended;
 - a (file, row, scorer) is done when it has a successful record (`OutputFolder.done`, over
-  an `evalgpu.ledger.Ledger`): a resumed run scores only what is not done, and a success is
-  never written twice, so successes are never scored twice and failures are retried;
+  an `evalgpu.ledger.Ledger`); the folder alone says so: `pending` hands on only the rows with
+  a scorer still to score, each naming its scorers (`Row.todo`), so a resumed run scores only
+  what is not done, and `append` never writes a success twice: successes are never scored
+  twice and failures are retried;
 - `summary.json` (the configuration, the aggregates of every record in the folder, the last
   run's figures) and other whole files are replaced atomically (`write_atomic`).
 
@@ -25,7 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +39,7 @@ from evalgpu.results import RESULT_VERSION, Record
 
 if TYPE_CHECKING:
     from evalgpu.engines.base import Engine
+    from evalgpu.rows import Row
     from evalgpu.scorers._scorer import Scorer
 
 __all__ = [
@@ -309,8 +313,9 @@ def scan_results(path: Path, on_record: Callable[[Record], None]) -> tuple[int, 
 class OutputFolder:
     """An output folder opened for appending: locked, its configuration checked or written.
 
-    Open it, then `resume` (read what is done, cut a torn last line), then `append` chunks
-    (asking `done` which rows to skip), then `write_summary`. Every record, read or appended,
+    Open it, then `resume` (read what is done, cut a torn last line), then read the rows
+    through `pending` (what is still to score), `append` their chunks' records, then
+    `write_summary`. Every record, read or appended,
     goes to the folder's `ledger` (what is done) and to its aggregates (`summary.json`).
 
     Args:
@@ -368,6 +373,23 @@ class OutputFolder:
     def done(self, file: int, row: int, scorer: str) -> bool:
         """True when (file, row, scorer) has a successful record in the folder (resume)."""
         return self.ledger.done(file, row, scorer)
+
+    def pending(
+        self,
+        rows: Iterable[Row],
+        scorers: Sequence[str],
+        on_skip: Callable[[Row], None] = lambda _: None,
+    ) -> Iterator[Row]:
+        """The rows that a scorer of `scorers` still has to score, each with those scorers in
+        `Row.todo`; a row that every scorer is done with is not handed on (`on_skip` is told)."""
+        if not self._resumed:
+            raise RuntimeError("OutputFolder.pending before resume: it would score rows twice")
+        for row in rows:
+            todo = tuple(s for s in scorers if not self.done(row.file, row.number, s))
+            if todo:
+                yield replace(row, todo=todo)
+            else:
+                on_skip(row)
 
     def append(self, records: list[Record]) -> list[Record]:
         """Append a chunk's records durably (see `append_records`); after `resume`.
