@@ -3,6 +3,7 @@ is a usage error before a model loads), the judge they name, and the scorers bui
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -322,3 +323,20 @@ def test_a_factory_missing_from_its_module_is_a_value_error_naming_it(data: Path
     s = settings(data, scorers=(f"{HERE}:no_such_factory",))
     with pytest.raises(ValueError, match=rf"^scorer '{HERE}:no_such_factory': cannot import"):
         s.build_scorers(ScriptedEngine())
+
+
+# The run they make
+
+
+def test_the_settings_run_their_data_map_folder_chunking_and_limit(tmp_path: Path) -> None:
+    rows = [{**r, "text": r["summary"]} for r in summary_rows(3)]
+    for r in rows:
+        del r["summary"]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    made = settings(data, backend="scripted", mapping={"summary": "text"}, chunk_size=2, limit=2)
+    run = made.evaluate(made.build_scorers(made.load_engine())).run()
+    got = [json.loads(line) for line in (made.out / "results.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["error"]) for r in got] == [(1, None), (2, None)]  # the map, the limit
+    assert run.progress.rows_run == 2 and run.summary is not None
+    assert json.loads((made.out / "summary.json").read_text())["run"]["chunk_size"] == 2
+

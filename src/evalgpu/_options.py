@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["check_count", "check_scale"]
+__all__ = ["SCALE", "check_count", "check_scale"]
+
+SCALE = 1.0
+"""Scores lie in [0, SCALE] unless a scorer is given another `scale` (`--scale`)."""
 
 
 def check_count(name: str, value: Any, least: int = 1) -> None:

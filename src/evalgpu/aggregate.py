@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalgpu._options import SCALE
 from evalgpu.ledger import SCORED, Ledger, outcome
 from evalgpu.results import Record
 
@@ -55,7 +56,7 @@ class Aggregator:
         scale: the scorers' scale (histogram range).
     """
 
-    def __init__(self, scorers: list[str], files: list[str], scale: float = 1.0) -> None:
+    def __init__(self, scorers: list[str], files: list[str], scale: float = SCALE) -> None:
         self.scorers = list(scorers)
         self.scale = scale
         self._outcomes = Ledger(files)

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypedDict
 
+from evalgpu._options import SCALE
+from evalgpu.distributed import check_layout
 from evalgpu.driver import CHUNK_SECONDS
-from evalgpu.engines import COMPUTES
-from evalgpu.evaluation import Progress, evaluate
+from evalgpu.engines import AUTO, BACKENDS, COMPUTES, SCRIPTED
+from evalgpu.evaluation import Progress
 from evalgpu.models import verdicts_for
 from evalgpu.scorers.summarization import MAX_QUESTIONS
 from evalgpu.settings import SCORERS, RunSettings
@@ -110,7 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _max_questions_flag(run)
     run.add_argument(
-        "--scale", type=float, default=1.0, metavar="X", help="scores lie in [0, X] (default: 1)"
+        "--scale",
+        type=float,
+        default=SCALE,
+        metavar="X",
+        help=f"scores lie in [0, X] (default: {SCALE:g})",
     )
     run.add_argument(
         "--verdicts",
@@ -270,9 +276,9 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        default="auto",
-        help="auto, vllm, transformers, scripted (rules, no model: to test a pipeline), or "
-        "module:factory for your own engine (default: auto)",
+        default=AUTO,
+        help=f"{', '.join(BACKENDS)}, or module:factory for your own engine; {SCRIPTED} judges "
+        f"by rules with no model, to test a pipeline (default: {AUTO})",
     )
     parser.add_argument(
         "--compute",
@@ -358,12 +364,11 @@ def _settings(args: argparse.Namespace) -> RunSettings:
 def _run(args: argparse.Namespace) -> int:
     if not args.ray and (args.ray_address is not None or args.replicas is not None):
         return _fail("run", "--ray-address and --replicas need --ray", 2)
-    if args.replicas is not None and args.replicas < 1:
-        return _fail("run", f"replicas must be >= 1, got {args.replicas}", 2)
     if args.ray and importlib.util.find_spec("ray") is None:
         return _fail("run", '--ray needs Ray: pip install "evalgpu[ray]"', 2)
     try:
         settings = _settings(args)
+        check_layout(args.replicas)
     except ValueError as exc:
         return _fail("run", str(exc), 2)
     console = _Console(sys.stderr, args.progress)
@@ -393,16 +398,7 @@ def _run(args: argparse.Namespace) -> int:
                     f"evalgpu: {mode} verdicts ({why}; --verdicts {other} for the other)",
                     file=sys.stderr,
                 )
-            run = evaluate(
-                settings.data,
-                scorers,
-                map=settings.mapping,
-                out=settings.out,
-                chunk_size=settings.chunk_size,
-                chunk_seconds=settings.chunk_seconds,
-                limit=settings.limit,
-                **hooks,
-            ).run()
+            run = settings.evaluate(scorers, **hooks).run()
     except ConfigError as exc:  # raised when the folder opens, before anything is scored
         console.finish()
         return _fail("run", str(exc), 2)

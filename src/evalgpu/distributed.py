@@ -23,9 +23,9 @@ from typing import Any, cast
 
 from evalgpu._options import check_count
 from evalgpu.driver import Driver
-from evalgpu.engines import auto_backend
+from evalgpu.engines import AUTO, MODEL_BACKENDS, SCRIPTED, auto_backend
 from evalgpu.engines.base import JudgeReply, JudgeRequest
-from evalgpu.evaluation import Evaluation, Progress, evaluate
+from evalgpu.evaluation import Evaluation, Progress
 from evalgpu.results import Record
 from evalgpu.rows import Row
 from evalgpu.runner import WaveStats
@@ -57,11 +57,11 @@ class Planned:
 
     def __init__(self, settings: RunSettings, gpus_per_replica: int) -> None:
         backend = settings.backend
-        if backend == "auto":
+        if backend == AUTO:
             backend = auto_backend(settings.engine_options(), gpu=gpus_per_replica > 0)
         self.name = backend
         self.model_path: str | None = None
-        if backend in ("vllm", "transformers"):
+        if backend in MODEL_BACKENDS:
             from evalgpu.models import DEFAULT_MODEL
 
             # Named as `judge_model` names the replicas' folder, without pulling it here.
@@ -86,7 +86,7 @@ class Replica:
         engine = settings.load_engine()
         self.name = str(engine.name)
         loaded = (self.name, judge_model(engine))
-        if judge[0] in ("vllm", "transformers") and loaded != judge:
+        if judge[0] in MODEL_BACKENDS and loaded != judge:
             raise RuntimeError(
                 f"this replica loaded the judge {loaded}, not the folder's {tuple(judge)}"
             )
@@ -114,6 +114,17 @@ def _forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("EVALGPU_")}
 
 
+def check_layout(replicas: int | None, gpus_per_replica: int | None = None) -> None:
+    """Raise ValueError unless `replicas` (>= 1) and `gpus_per_replica` (>= 0) are None or in
+    range: `run_ray`'s check, which the command line makes before anything starts."""
+    for name, value, least in (
+        ("replicas", replicas, 1),
+        ("gpus_per_replica", gpus_per_replica, 0),
+    ):
+        if value is not None:
+            check_count(name, value, least)
+
+
 def layout(
     settings: RunSettings,
     cluster_gpus: int,
@@ -123,7 +134,7 @@ def layout(
     """(replicas, GPUs per replica) on a cluster with `cluster_gpus` GPUs (see `run_ray`)."""
     if gpus_per_replica is None:
         gpus_per_replica = 0  # and so for the scripted judge (rules, no model), wherever it runs
-        if cluster_gpus > 0 and settings.backend != "scripted":
+        if cluster_gpus > 0 and settings.backend != SCRIPTED:
             from evalgpu.models import preset_for
 
             try:
@@ -170,12 +181,7 @@ def run_ray(
         ValueError: `replicas` or `gpus_per_replica` is out of range, or a scorer option is.
         ConfigError: the folder holds another configuration's results, or is in use.
     """
-    for name, value, least in (
-        ("replicas", replicas, 1),
-        ("gpus_per_replica", gpus_per_replica, 0),
-    ):
-        if value is not None:
-            check_count(name, value, least)
+    check_layout(replicas, gpus_per_replica)
     try:
         import ray
     except ImportError as exc:
@@ -197,16 +203,11 @@ def run_ray(
         gpus = int(cast(Any, ray).cluster_resources().get("GPU", 0))
         replicas, gpus_per_replica = layout(settings, gpus, replicas, gpus_per_replica)
         # The driver only reads rows: its engine is the `Planned` one, never asked.
-        return evaluate(
-            settings.data,
+        return settings.evaluate(
             settings.build_scorers(Planned(settings, gpus_per_replica)),
-            map=settings.mapping,
-            out=settings.out,
-            chunk_size=settings.chunk_size,
             # The rate a chunk is sized from is all replicas': a chunk takes one of them
             # about chunk_seconds.
             chunk_seconds=settings.chunk_seconds / replicas,
-            limit=settings.limit,
             executor=partial(_scatter, ray, settings, replicas, gpus_per_replica),
             on_progress=on_progress,
             on_error=on_error,

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalgpu.engines import MODEL_BACKENDS
+
 __all__ = [
     "DEFAULT_MODEL",
     "MARKER",
@@ -127,7 +129,7 @@ def load_preset(path: Path) -> Preset:
             dtype=data.get("dtype", "auto"),
             description=data.get("description", ""),
             options=dict(data.get("options", {})),
-            backend_options={b: dict(data[b]) for b in ("vllm", "transformers") if b in data},
+            backend_options={b: dict(data[b]) for b in MODEL_BACKENDS if b in data},
             verdicts=data.get("verdicts"),
             calibration=path.parent / data["calibration"] if "calibration" in data else None,
         )

@@ -8,18 +8,18 @@ flags, so Python and the command line name one run alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalgpu._factory import call_factory
-from evalgpu._options import check_count, check_scale
+from evalgpu._options import SCALE, check_count, check_scale
 from evalgpu.calibration import load_calibration
 from evalgpu.driver import CHUNK_SECONDS
-from evalgpu.engines import BACKENDS, COMPUTES, ENGINE_OPTIONS
+from evalgpu.engines import AUTO, BACKENDS, COMPUTES, ENGINE_OPTIONS
 from evalgpu.engines.base import Engine
-from evalgpu.evaluation import check_run
+from evalgpu.evaluation import Evaluation, Executor, Progress, check_run, evaluate
 from evalgpu.scorers import Scorer, create_summarization_scorer
 from evalgpu.scorers.context_recall import row_context_scorer
 from evalgpu.scorers.summarization import MAX_QUESTIONS
@@ -49,9 +49,9 @@ class RunSettings:
     scorers: tuple[str, ...]
     out: Path
     model: str | None = None
-    backend: str = "auto"
+    backend: str = AUTO
     max_questions: int = MAX_QUESTIONS
-    scale: float = 1.0
+    scale: float = SCALE
     verdicts: VerdictMode | None = None
     mapping: Mapping[str, str] = field(default_factory=dict)
     chunk_size: int | None = None
@@ -100,7 +100,7 @@ class RunSettings:
         refused = [
             name
             for name in self.engine_options()
-            if self.backend != "auto" and self.backend not in ENGINE_OPTIONS[name]
+            if self.backend != AUTO and self.backend not in ENGINE_OPTIONS[name]
         ]
         if refused:
             raise ValueError(f"{_options_of(refused)}, not of backend {self.backend!r}")
@@ -115,6 +115,33 @@ class RunSettings:
         from evalgpu.engines import load_engine
 
         return load_engine(self.model, backend=self.backend, **self.engine_options())
+
+    def evaluate(
+        self,
+        scorers: Sequence[Scorer],
+        *,
+        chunk_seconds: float | None = None,
+        executor: Executor | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        on_error: Callable[[str], None] | None = None,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> Evaluation:
+        """`evalgpu.evaluate` of these settings' data, column map, folder, chunking and limit
+        with `scorers` (`build_scorers`): how the command line and `run_ray` run.
+        `chunk_seconds` None is the settings'; the hooks are `evaluate`'s."""
+        return evaluate(
+            self.data,
+            scorers,
+            map=self.mapping,
+            out=self.out,
+            chunk_size=self.chunk_size,
+            chunk_seconds=self.chunk_seconds if chunk_seconds is None else chunk_seconds,
+            limit=self.limit,
+            executor=executor,
+            on_progress=on_progress,
+            on_error=on_error,
+            on_notice=on_notice,
+        )
 
     def build_scorers(self, engine: Engine) -> list[Scorer]:
         """The scorers these settings name, on `engine`, in order.

@@ -32,8 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from evalgpu._options import SCALE
 from evalgpu.aggregate import Aggregator
 from evalgpu.data import FileInfo, replace_surrogates
+from evalgpu.engines import AUTO, SCRIPTED
 from evalgpu.ledger import Ledger
 from evalgpu.results import RESULT_VERSION, Record
 
@@ -82,7 +84,7 @@ def config_scale(config: dict[str, Any]) -> float:
     if config.get("version", 1) < 2:  # one shared scale, or one per scorer
         scale = options["scale"]
         return max(scale.values()) if isinstance(scale, dict) else float(scale)
-    return max((float(o.get("scale", 1.0)) for o in options.values()), default=1.0)
+    return max((float(o.get("scale", SCALE)) for o in options.values()), default=SCALE)
 
 
 def upgrade_config(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +105,7 @@ def upgrade_config(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
     shared = dict(old.get("options") or {})
     extras = shared.pop("scorers", {}) or {}
-    scale = shared.pop("scale", 1.0)
+    scale = shared.pop("scale", SCALE)
     questions = shared.pop("max_questions", None)
     options: dict[str, Any] = {}
     for sid in old.get("scorer_ids", []):
@@ -118,14 +120,14 @@ def upgrade_config(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         mine.update(extras.get(sid, {}))
         options[sid] = mine
     model, backend = old.get("model"), old.get("backend")
-    if (model is None and new.get("model") in (None, DEFAULT_MODEL)) or backend == "scripted":
+    if (model is None and new.get("model") in (None, DEFAULT_MODEL)) or backend == SCRIPTED:
         model = new.get("model")  # the default model; the scripted judge loads none
     upgraded = {
         "version": CONFIG_VERSION,
         "result_version": old.get("result_version"),
         "scorer_ids": list(old.get("scorer_ids", [])),
         "model": model,
-        "backend": new.get("backend") if backend == "auto" else backend,
+        "backend": new.get("backend") if backend == AUTO else backend,
         "options": options,
         "map": old.get("map", {}),
         "data": old.get("data", []),

@@ -17,9 +17,12 @@ from evalgpu.engines._compute import COMPUTES, cpu_threads
 from evalgpu.engines.base import Engine, JudgeReply, JudgeRequest
 
 __all__ = [
+    "AUTO",
     "BACKENDS",
     "COMPUTES",
     "ENGINE_OPTIONS",
+    "MODEL_BACKENDS",
+    "SCRIPTED",
     "TRANSFORMERS_OPTIONS",
     "Engine",
     "JudgeReply",
@@ -29,8 +32,14 @@ __all__ = [
     "load_engine",
 ]
 
-BACKENDS = ("auto", "vllm", "transformers", "scripted")
-"""Built-in backends ("scripted": rules, no model); "package.module:factory" names your own."""
+AUTO = "auto"
+"""The backend that picks one by the machine (`auto_backend`)."""
+MODEL_BACKENDS = ("vllm", "transformers")
+"""The built-in backends that load a model (what "auto" resolves to)."""
+SCRIPTED = "scripted"
+"""The built-in judge of rules and no model (`evalgpu.engines.scripted`), for tests."""
+BACKENDS = (AUTO, *MODEL_BACKENDS, SCRIPTED)
+"""Built-in backends; "package.module:factory" names your own."""
 
 ENGINE_OPTIONS: dict[str, tuple[str, ...]] = {
     "compute": ("transformers",),
@@ -47,7 +56,7 @@ _ENGINES: dict[tuple[str, str, str], Engine] = {}
 """Engines loaded in this process, by (model folder, backend, options): a model loads once."""
 
 
-def load_engine(model: str | None = None, backend: str = "auto", **options: Any) -> Engine:
+def load_engine(model: str | None = None, backend: str = AUTO, **options: Any) -> Engine:
     """Load a judge engine.
 
     Args:
@@ -77,14 +86,14 @@ def load_engine(model: str | None = None, backend: str = "auto", **options: Any)
             f"backend must be one of {', '.join(BACKENDS)} or 'package.module:factory', "
             f"got {backend!r}"
         )
-    if backend == "scripted":
+    if backend == SCRIPTED:
         from evalgpu.engines.scripted import ScriptedEngine
 
         return ScriptedEngine(model, **{"record": False, **options})
     from evalgpu.models import preset_for, resolve_model
 
     path = resolve_model(model)
-    if backend == "auto":
+    if backend == AUTO:
         backend = auto_backend(options)
     preset = preset_for(model)
     options = {**(preset.engine_options(backend) if preset else {}), **options}

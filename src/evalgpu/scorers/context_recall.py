@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal, cast
 
-from evalgpu._options import check_scale
+from evalgpu._options import SCALE, check_scale
 from evalgpu.calibration import CalibrationSpec
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import extract_tool_results, is_agent_run
@@ -85,7 +85,7 @@ def create_context_recall_scorer(
     *,
     context: Sequence[str] | str | None = None,
     context_extractor: Callable[[Any, Any], Sequence[str]] | None = None,
-    scale: float = 1.0,
+    scale: float = SCALE,
     reason: ReasonMode = "template",
     verdicts: VerdictMode | None = None,
     calibration: CalibrationSpec = None,
@@ -125,7 +125,7 @@ def create_context_recall_scorer(
 def row_context_scorer(
     model: Any = None,
     *,
-    scale: float = 1.0,
+    scale: float = SCALE,
     reason: ReasonMode = "template",
     verdicts: VerdictMode | None = None,
     calibration: CalibrationSpec = None,

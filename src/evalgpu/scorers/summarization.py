@@ -31,7 +31,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal, cast
 
-from evalgpu._options import check_count, check_scale
+from evalgpu._options import SCALE, check_count, check_scale
 from evalgpu.calibration import CalibrationSpec
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.messages import first_user_text, is_agent_run, last_assistant_text
@@ -118,7 +118,7 @@ def create_summarization_scorer(
     source: str | None = None,
     source_extractor: Callable[[Any, Any], str] | None = None,
     max_questions: int = MAX_QUESTIONS,
-    scale: float = 1.0,
+    scale: float = SCALE,
     reason: ReasonMode = "template",
     verdicts: VerdictMode | None = None,
     calibration: CalibrationSpec = None,
