@@ -3,8 +3,9 @@
 Every entry point scores through a `Driver`: `evaluate` (and so the command line), `run_evals`
 and the Ray replicas. The data flow reads one way:
 
-    file -> row (`evalgpu.rows`) -> steps (`RowReader`) -> waves (`Runner`) -> engine
-         -> records (`Driver.score_chunk`) -> the output folder (`evalgpu.storage`) -> report
+    file (`evalgpu.data`) -> row, read once (`evalgpu.rows`) -> still to score (the output
+    folder, `evalgpu.storage`) -> chunks and steps (here) -> judge calls (`evalgpu.scorers`)
+    -> waves (`Runner`) -> engine -> records (here) -> the output folder -> report
 
 `read` takes what every step reads of a row once (`RowReader.read`: its id, why it cannot be
 scored, its source); `chunks` cuts the rows to score into chunks (a source's rows together);
