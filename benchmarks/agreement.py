@@ -324,7 +324,7 @@ def metrics(rows: list[dict[str, Any]], kind: str, scale: float, pairs: bool = F
             report("roc_auc(recall_weakest)", roc_auc, column("recall_weakest"), labels)
         if soft(["soft score"]):
             report("roc_auc(soft score)", roc_auc, column("soft score"), labels)
-    if kind == "attribution" or pairs:
+    if kind != "faithfulness" or pairs:  # FRANK's readings are paired by pair
         out.update(readings(rows, kind))
     return out
 

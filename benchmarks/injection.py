@@ -9,7 +9,7 @@ variant and axis, the largest rise over the clean row's value. Target: none abov
     .venv/bin/python scripts/injection.py --json docs/measured/injection.json
     .venv/bin/python scripts/injection.py --out runs/injection   # keep the rows and the runs
     .venv/bin/python scripts/injection.py --backend scripted     # other arguments go to `run`
-    .venv/bin/python scripts/injection.py --design evalgpu-coverage-claims --json out.json
+    .venv/bin/python scripts/injection.py --design evalgpu-coverage-summary --json out.json
 
 `--design NAME` scores the summarization variants in this process with a judge design of
 benchmarks/designs/ (`--backend`, `--model`, `--max-questions` as `run` has them): a trial design

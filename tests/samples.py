@@ -54,16 +54,22 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
     return path
 
 
-def records(out: Path) -> list[dict[str, Any]]:
-    """Every record of an output folder's results.jsonl, read as strict UTF-8."""
+def records(out: Path, *, killed: bool = False) -> list[dict[str, Any]]:
+    """Every record of an output folder's results.jsonl, read as strict UTF-8.
+
+    `killed`: the writer was killed and nothing has resumed the folder since, so its last line
+    may be torn (the next run cuts it): only the lines a newline ends are read.
+    """
     text = (out / "results.jsonl").read_text(encoding="utf-8")
+    if killed:
+        text = text[: text.rfind("\n") + 1]
     return [json.loads(line) for line in text.splitlines()]
 
 
-def successes(out: Path) -> dict[tuple[Any, int, str], dict[str, Any]]:
+def successes(out: Path, *, killed: bool = False) -> dict[tuple[Any, int, str], dict[str, Any]]:
     """The folder's successful records by (file, row, scorer); asserts none is there twice."""
     found: dict[tuple[Any, int, str], dict[str, Any]] = {}
-    for r in records(out):
+    for r in records(out, killed=killed):
         if r["error"] is None:
             key = (r["file"], r["row"], r["scorer"])
             assert key not in found, f"duplicate successful record for {key}"

@@ -339,4 +339,3 @@ def test_the_settings_run_their_data_map_folder_chunking_and_limit(tmp_path: Pat
     assert [(r["row"], r["error"]) for r in got] == [(1, None), (2, None)]  # the map, the limit
     assert run.progress.rows_run == 2 and run.summary is not None
     assert json.loads((made.out / "summary.json").read_text())["run"]["chunk_size"] == 2
-

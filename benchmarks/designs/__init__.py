@@ -25,8 +25,8 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
   of an invented source first (`designs.evalgpu_fewshot`).
 - `evalgpu-retrieve`: the product's pipeline, each alignment check asked against the source
   sentences that share the claim's words (`designs.evalgpu_retrieve`).
-- `evalgpu-coverage-claims`: the product's pipeline, each coverage question answered from the
-  summary's listed claims instead of its text (`designs.evalgpu_coverage_claims`).
+- `evalgpu-coverage-summary`: the product's pipeline, each coverage question answered from the
+  summary's text, as until 2026-12-07, instead of its claims (`designs.evalgpu_coverage_summary`).
 
 `benchmarks.designs.scripted:engine` is a scripted judge with rules for every design's requests
 (`--backend benchmarks.designs.scripted:engine`).
@@ -42,7 +42,7 @@ from benchmarks.designs import (
     direct,
     evalgpu_closed_book,
     evalgpu_contrast,
-    evalgpu_coverage_claims,
+    evalgpu_coverage_summary,
     evalgpu_fewshot,
     evalgpu_list,
     evalgpu_retrieve,
@@ -80,7 +80,7 @@ DESIGNS: dict[str, Factory] = {
     evalgpu_contrast.NAME: evalgpu_contrast.design,
     evalgpu_fewshot.NAME: evalgpu_fewshot.design,
     evalgpu_retrieve.NAME: evalgpu_retrieve.design,
-    evalgpu_coverage_claims.NAME: evalgpu_coverage_claims.design,
+    evalgpu_coverage_summary.NAME: evalgpu_coverage_summary.design,
 }
 DEFAULT = "evalgpu"
 

@@ -44,7 +44,7 @@ def test_the_designs_are_the_product_and_nine_others():
         "evalgpu-contrast",
         "evalgpu-fewshot",
         "evalgpu-retrieve",
-        "evalgpu-coverage-claims",
+        "evalgpu-coverage-summary",
     ]
     assert designs.DEFAULT == "evalgpu"
     with pytest.raises(ValueError, match="design must be one of evalgpu, mastra-1call"):
@@ -444,12 +444,13 @@ def test_evalgpu_retrieve_asks_each_alignment_check_again_against_retrieved_sent
     assert asked.tag == retrieve.TAG
 
 
-def test_evalgpu_coverage_claims_answers_each_question_again_from_the_summarys_claims():
+def test_evalgpu_coverage_summary_answers_each_question_again_from_the_summarys_text():
     from evalgpu.prompting import fenced
 
-    trial_design = designs.evalgpu_coverage_claims
+    trial_design = designs.evalgpu_coverage_summary
     product, trial = engine(), engine()
-    runs = [{"input": SOURCE, "output": "Dogs bark at 3 am. Cats purr. Dogs bark at 3 am."}]
+    summary = "Dogs bark at 3 am. Cats purr. Dogs bark at 3 am."
+    runs = [{"input": SOURCE, "output": summary}]
     ours = designs.make("evalgpu", "faithfulness", product, 1.0, 3).run_batch(runs)
     theirs = designs.make(trial_design.NAME, "faithfulness", trial, 1.0, 3).run_batch(runs)
     checks = [r for r in product.requests if r.tag == trial_design.COVERAGE]
@@ -464,9 +465,12 @@ def test_evalgpu_coverage_claims_answers_each_question_again_from_the_summarys_c
     ]
     assert len(again) == len(checks)
     for check, asked in zip(checks, again, strict=True):
+        # The product answers from the distinct claims, one per line; the trial from the text.
+        assert fenced(check.messages[-1]["content"], "summary") == [
+            "Dogs bark at 3 am.\nCats purr."
+        ]
         prompt = asked.messages[-1]["content"]
-        # The summary's distinct claims, one per line, stand where the summary stood.
-        assert fenced(prompt, "summary") == ["Dogs bark at 3 am.\nCats purr."]
+        assert fenced(prompt, "summary") == [summary]
         assert fenced(prompt, "question") == fenced(check.messages[-1]["content"], "question")
     # The scripted judge reads only words, which the claims keep: the verdicts agree, and the
     # product's axes are recorded beside the trial's.

@@ -259,7 +259,7 @@ def test_summarization_end_to_end(default_judge):
         assert result.preprocess_step_result["questions"], "the source yields questions"
     # Source-blindness on the real prompts: coverage never sees the source, questions never
     # the summary.
-    # Claims see the summary only, and coverage the summary and one question only.
+    # Claims see the summary only, and coverage its claims and one question only.
     tags = {r.tag for r in recording.requests}
     assert {
         "summarization.claims",
