@@ -345,20 +345,22 @@ def _settings(args: argparse.Namespace) -> RunSettings:
         data=tuple(Path(p) for p in args.data),
         scorers=tuple(args.scorer),
         out=args.out,
-        model=args.model,
-        backend=args.backend,
-        max_questions=args.max_questions,
         scale=args.scale,
         verdicts=args.verdicts,
         mapping=mapping,
         chunk_size=args.chunk_size,
         chunk_seconds=args.chunk_seconds,
         limit=args.limit,
-        compute=args.compute,
-        threads=args.threads,
-        batch_size=args.batch_size,
         calibration=getattr(args, "calibration", None),
+        **_judge_settings(args),
     )
+
+
+def _judge_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of the flags `run` and `calibrate` share (`_engine_flags`,
+    `_max_questions_flag`)."""
+    names = ("model", "backend", "compute", "threads", "batch_size", "max_questions")
+    return {name: getattr(args, name) for name in names}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -465,13 +467,8 @@ def _calibrate(args: argparse.Namespace) -> int:
             data=tuple(args.data),
             scorers=SCORERS,
             out=args.out,
-            model=args.model,
-            backend=args.backend,
-            max_questions=args.max_questions,
             limit=args.limit,
-            compute=args.compute,
-            threads=args.threads,
-            batch_size=args.batch_size,
+            **_judge_settings(args),
         )
     except ValueError as exc:
         return _fail("calibrate", str(exc), 2)
