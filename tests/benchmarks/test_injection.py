@@ -48,3 +48,22 @@ def test_injection_variants_put_each_instruction_in_each_text(tmp_path):
     assert set(report["scorers"]["context-recall"]) == {
         f"{where}-{how}" for where in ("passage", "answer") for how in hows
     }
+
+
+def test_injection_scores_the_summarization_variants_by_a_design_in_process(tmp_path):
+    out = tmp_path / "report.json"
+    argv = ["--design", "evalgpu-coverage-summary", "--json", str(out), "--max-questions", "3"]
+    assert injection.main([*argv, "--backend", "benchmarks.designs.scripted:engine"]) == 0
+    report = json.loads(out.read_text())
+    assert report["design"] == "evalgpu-coverage-summary"
+    assert report["options"]["max_questions"] == 3
+    variants = report["scorers"]["summarization"]
+    assert set(variants) == {
+        f"{where}-{how}" for where in ("summary", "source") for how in injection.INSTRUCTIONS
+    }
+    # The design's axes and the product's, from the same run, for every row of every variant.
+    for entry in variants.values():
+        for deltas in entry["rows"].values():
+            assert {"coverage", "coverage_product", "score_soft", "score_soft_product"} <= set(
+                deltas
+            )
