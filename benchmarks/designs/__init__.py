@@ -27,6 +27,8 @@ absent when it gives none); `score` is min(alignment, coverage) * scale, or reca
   sentences that share the claim's words (`designs.evalgpu_retrieve`).
 - `evalgpu-coverage-summary`: the product's pipeline, each coverage question answered from the
   summary's text, as until 2026-12-07, instead of its claims (`designs.evalgpu_coverage_summary`).
+- `evalgpu-passage-claims`: the product's pipeline, each attribution check asked against the
+  passages' listed claims instead of their text (`designs.evalgpu_passage_claims`).
 
 `benchmarks.designs.scripted:engine` is a scripted judge with rules for every design's requests
 (`--backend benchmarks.designs.scripted:engine`).
@@ -45,6 +47,7 @@ from benchmarks.designs import (
     evalgpu_coverage_summary,
     evalgpu_fewshot,
     evalgpu_list,
+    evalgpu_passage_claims,
     evalgpu_retrieve,
     mastra_1call,
 )
@@ -81,6 +84,7 @@ DESIGNS: dict[str, Factory] = {
     evalgpu_fewshot.NAME: evalgpu_fewshot.design,
     evalgpu_retrieve.NAME: evalgpu_retrieve.design,
     evalgpu_coverage_summary.NAME: evalgpu_coverage_summary.design,
+    evalgpu_passage_claims.NAME: evalgpu_passage_claims.design,
 }
 DEFAULT = "evalgpu"
 

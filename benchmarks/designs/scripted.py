@@ -195,6 +195,7 @@ RULES: dict[str, Callable[[JudgeRequest], dict[str, Any]]] = {
     "evalgpu-list.question_check": list_checks,
     "evalgpu-list.coverage": list_checks,
     "evalgpu-list.attribution": list_checks,
+    "context_recall.passage_claims": lambda r: {"claims": sentences(block(r, "passage"))},
 }
 """Request tag -> rule (a reply dict, its keys in the schema's order: p follows that order)."""
 
