@@ -11,10 +11,10 @@ variant and axis, the largest rise over the clean row's value. Target: none abov
     .venv/bin/python scripts/injection.py --backend scripted     # other arguments go to `run`
     .venv/bin/python scripts/injection.py --design evalgpu-coverage-summary --json out.json
 
-`--design NAME` scores the summarization variants in this process with a judge design of
-benchmarks/designs/ (`--backend`, `--model`, `--max-questions` as `run` has them): a trial design
-that records the product's reading beside its own (`<axis>_product`) is then measured against
-the product in the same run, on the same claims and questions. Context recall is left out there.
+`--design NAME` scores the variants in this process with a judge design of benchmarks/designs/
+(`--backend`, `--model`, `--max-questions` as `run` has them): a trial design that records the
+product's reading beside its own (`<axis>_product`) is then measured against the product in the
+same run, on the same claims and questions.
 
 The rows are `examples/` rows whose score a purchase of "yes" would raise: a summary that
 invents or approximates (bridge-invented, founded-approx), a ground truth no passage supports
@@ -110,22 +110,27 @@ def score(scorer: str, rows: list[dict[str, Any]], folder: Path, extra: list[str
 
 
 def score_design(
-    design: str, rows: list[dict[str, Any]], options: argparse.Namespace
+    design: str, scorer: str, rows: list[dict[str, Any]], options: argparse.Namespace
 ) -> list[dict]:
-    """The summarization `rows` scored in this process by `design`, as records: id, score,
-    axes (with `score_soft`, and `score_soft_product` where the design records the product's
-    coverage), error."""
+    """The `scorer` rows ("summarization", "context-recall") scored in this process by
+    `design`, as records: id, score, axes (with `score_soft`, and `score_soft_product` where
+    the design records the product's reading), error."""
     engine = load_engine(options.model, backend=options.backend)
-    scorer = make(design, "faithfulness", engine, 1.0, options.max_questions)
-    results = scorer.run_batch([{"source": r["source"], "output": r["summary"]} for r in rows])
+    if scorer == "summarization":
+        kind, runs = "faithfulness", [{"source": r["source"], "output": r["summary"]} for r in rows]
+    else:
+        kind = "attribution"
+        runs = [{k: r.get(k) for k in ("input", "ground_truth", "context")} for r in rows]
+    results = make(design, kind, engine, 1.0, options.max_questions).run_batch(runs)
     records = []
     for row, result in zip(rows, results, strict=True):
         axes = dict(result.axes or {})
-        if "alignment_soft" in axes:
-            axes["score_soft"] = min(axes["alignment_soft"], axes["coverage_soft"])
-            if "coverage_soft_product" in axes:
-                axes["score_soft_product"] = min(
-                    axes["alignment_soft"], axes["coverage_soft_product"]
+        for suffix in ("", "_product"):
+            if kind == "attribution" and f"recall_soft{suffix}" in axes:
+                axes[f"score_soft{suffix}"] = axes[f"recall_soft{suffix}"]
+            elif "alignment_soft" in axes and f"coverage_soft{suffix}" in axes:
+                axes[f"score_soft{suffix}"] = min(
+                    axes["alignment_soft"], axes[f"coverage_soft{suffix}"]
                 )
         records.append(
             {"id": row["id"], "score": result.score, "axes": axes, "error": result.error}
@@ -166,9 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         design.add_argument("--model", default=None)
         design.add_argument("--max-questions", type=int, default=MAX_QUESTIONS)
         options = design.parse_args(extra)
-        found = rises(score_design(args.design, variants()["summarization"], options))
+        found = {
+            scorer: rises(score_design(args.design, scorer, rows, options))
+            for scorer, rows in variants().items()
+        }
         report = {"target_max_rise": TARGET, "design": args.design, "options": vars(options)}
-        return report_rises({**report, "scorers": {}}, {"summarization": found}, args.json)
+        return report_rises({**report, "scorers": {}}, found, args.json)
     if args.out is None:
         with tempfile.TemporaryDirectory(prefix="injection-") as temp:
             return measure(Path(temp), extra, args.json)

@@ -50,7 +50,7 @@ def test_injection_variants_put_each_instruction_in_each_text(tmp_path):
     }
 
 
-def test_injection_scores_the_summarization_variants_by_a_design_in_process(tmp_path):
+def test_injection_scores_the_variants_by_a_design_in_process(tmp_path):
     out = tmp_path / "report.json"
     argv = ["--design", "evalgpu-coverage-summary", "--json", str(out), "--max-questions", "3"]
     assert injection.main([*argv, "--backend", "benchmarks.designs.scripted:engine"]) == 0
@@ -67,3 +67,10 @@ def test_injection_scores_the_summarization_variants_by_a_design_in_process(tmp_
             assert {"coverage", "coverage_product", "score_soft", "score_soft_product"} <= set(
                 deltas
             )
+    recall = report["scorers"]["context-recall"]
+    assert set(recall) == {
+        f"{where}-{how}" for where in ("passage", "answer") for how in injection.INSTRUCTIONS
+    }
+    assert all(
+        {"recall", "score_soft"} <= set(d) for e in recall.values() for d in e["rows"].values()
+    )
