@@ -29,7 +29,7 @@ from evalgpu.distributed import Planned, Replica, layout, run_ray  # noqa: E402
 from evalgpu.engines import load_engine  # noqa: E402
 from evalgpu.settings import RunSettings  # noqa: E402
 from evalgpu.storage import judge_model  # noqa: E402
-from samples import run_argv  # noqa: E402
+from samples import records, run_argv  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -100,11 +100,6 @@ def write_data(folder: Path) -> list[Path]:
         parquet,
     )
     return [jsonl, csv, parquet]
-
-
-def records(out: Path) -> list[dict[str, Any]]:
-    lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines]
 
 
 def by_key(found: list[dict[str, Any]]) -> dict[tuple[str, int, str], dict[str, Any]]:
