@@ -90,18 +90,27 @@ def relayed(steps: Steps, relay: Relay) -> Generator[list[JudgeRequest], Any, An
 
 ALIGNMENT = "summarization.alignment"
 """The tag of the product's alignment checks, the ones the alignment trials ask again."""
+COVERAGE = "summarization.coverage"
+ATTRIBUTION = "context_recall.attribution"
+
+PRODUCT_AXES = {
+    ALIGNMENT: ("alignment", "supported"),
+    COVERAGE: ("coverage", "answered"),
+    ATTRIBUTION: ("recall", "supported"),
+}
+"""A check's tag -> the axis its verdicts make and the verdict's boolean field."""
 
 
-def alignment_asked_again(
-    steps: Steps, again: Callable[[JudgeRequest], JudgeRequest]
+def asked_again(
+    steps: Steps, tag: str, again: Callable[[JudgeRequest], JudgeRequest]
 ) -> Generator[list[JudgeRequest], Any, Any]:
-    """The product's `steps`, each alignment check also asked as `again(check)` and that
-    answer used; the product's own verdicts on the same claims kept as `alignment_product` and
-    `alignment_soft_product` (a trial's paired reading: the change alone, on the same claims)."""
+    """The product's `steps`, each check of `tag` also asked as `again(check)` and that answer
+    used; the product's own verdicts on the same items kept as `<axis>_product` and
+    `<axis>_soft_product` (`with_product`: a trial's paired reading, the change alone)."""
     product: list[Any] = []
 
     def relay(requests: list[JudgeRequest]) -> tuple[list[JudgeRequest], Any]:
-        checks = [i for i, r in enumerate(requests) if r.tag == ALIGNMENT]
+        checks = [i for i, r in enumerate(requests) if r.tag == tag]
 
         def back(sent: list[Any]) -> list[Any]:
             replies, asked = list(sent[: len(requests)]), sent[len(requests) :]
@@ -113,30 +122,32 @@ def alignment_asked_again(
         return [*requests, *(again(requests[i]) for i in checks)], back
 
     result = yield from relayed(steps, relay)
-    return with_product(result, product)
+    return with_product(result, product, tag)
 
 
 def alignment_trial(product: Scorer, again: Callable[[JudgeRequest], JudgeRequest]) -> Scorer:
     """The `product` scorer with each alignment check also asked as `again(check)`
-    (`alignment_asked_again`): a trial design of one change to that check."""
+    (`asked_again`): a trial design of one change to that check."""
     return dataclasses.replace(
-        product, steps_fn=lambda row: alignment_asked_again(product.steps_fn(row), again)
+        product, steps_fn=lambda row: asked_again(product.steps_fn(row), ALIGNMENT, again)
     )
 
 
-def with_product(result: ScoreResult, product: list[Any]) -> ScoreResult:
-    """`result` with the product's alignment axes on the same claims."""
+def with_product(result: ScoreResult, product: list[Any], tag: str = ALIGNMENT) -> ScoreResult:
+    """`result` with the product's axes of the `tag` checks (`PRODUCT_AXES`), from its
+    verdicts `product` on the same items."""
+    axis, field = PRODUCT_AXES[tag]
     axes = dict(result.axes or {})
-    if "alignment" not in axes:
+    if axis not in axes:
         return result
-    if not product:  # no claim was checked: the product's axes are the design's
-        axes["alignment_product"] = axes["alignment"]
-        if "alignment_soft" in axes:
-            axes["alignment_soft_product"] = axes["alignment_soft"]
+    if not product:  # nothing was checked: the product's axes are the design's
+        axes[f"{axis}_product"] = axes[axis]
+        if f"{axis}_soft" in axes:
+            axes[f"{axis}_soft_product"] = axes[f"{axis}_soft"]
         return result.model_copy(update={"axes": axes})
-    axes["alignment_product"] = share([v.supported for v in product])
+    axes[f"{axis}_product"] = share([getattr(v, field) for v in product])
     if all(v.p is not None for v in product):
-        axes["alignment_soft_product"] = sum(v.p for v in product) / len(product)
+        axes[f"{axis}_soft_product"] = sum(v.p for v in product) / len(product)
     return result.model_copy(update={"axes": axes})
 
 

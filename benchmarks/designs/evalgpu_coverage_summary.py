@@ -21,17 +21,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from benchmarks.designs._common import relayed, share
+from benchmarks.designs._common import COVERAGE, asked_again
 from evalgpu.engines.base import JudgeRequest
+from evalgpu.messages import last_assistant_text
 from evalgpu.prompting import fenced
-from evalgpu.results import ScoreResult, Steps
+from evalgpu.rows import Fields
 from evalgpu.scorers import Scorer
 from evalgpu.scorers.summarization import coverage_request
 
 NAME = "evalgpu-coverage-summary"
-
-CLAIMS = "summarization.claims"
-COVERAGE = "summarization.coverage"
 
 
 def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
@@ -45,56 +43,22 @@ def design(kind: str, engine: Any, scale: float, max_questions: int) -> Any:
 
 
 def coverage_trial(product: Scorer) -> Scorer:
-    """The `product` scorer with each coverage check answered from the summary's text
-    (`coverage_from_summary`)."""
-    return dataclasses.replace(
-        product, steps_fn=lambda row: coverage_from_summary(product.steps_fn(row))
-    )
+    """The `product` scorer with each coverage check also asked against the summary's text and
+    that answer used (`asked_again`); the product's own verdicts kept as `coverage_product` and
+    `coverage_soft_product`."""
+
+    def steps(row: Fields) -> Any:
+        summary = last_assistant_text(row.get("summary", "output"))  # as the product reads it
+        return asked_again(product.steps_fn(row), COVERAGE, asked_of_text(summary))
+
+    return dataclasses.replace(product, steps_fn=steps)
 
 
-def fenced_one(request: JudgeRequest, tag: str) -> str:
-    """The text of a request's `<tag>` fence (its first)."""
-    return fenced(request.messages[-1]["content"], tag)[0]
+def asked_of_text(summary: str) -> Any:
+    """`check -> the same question asked against the summary's text`."""
 
+    def again(check: JudgeRequest) -> JudgeRequest:
+        (question,) = fenced(check.messages[-1]["content"], "question")
+        return coverage_request(summary, question)
 
-def coverage_from_summary(steps: Steps) -> Any:
-    """The product's `steps`, each coverage check also asked against the summary's text (as the
-    claims call saw it) and that answer used; the product's own verdicts kept as
-    `coverage_product` and `coverage_soft_product`."""
-    summary: list[str] = []
-    product: list[Any] = []
-
-    def relay(requests: list[JudgeRequest]) -> tuple[list[JudgeRequest], Any]:
-        for request in requests:
-            if request.tag == CLAIMS:
-                summary[:] = [fenced_one(request, "summary")]
-        checks = [i for i, r in enumerate(requests) if r.tag == COVERAGE]
-        again = [coverage_request(summary[0], fenced_one(requests[i], "question")) for i in checks]
-
-        def back(sent: list[Any]) -> list[Any]:
-            replies, asked = list(sent[: len(requests)]), sent[len(requests) :]
-            for i, reply in zip(checks, asked, strict=True):
-                product.append(replies[i])
-                replies[i] = reply
-            return replies
-
-        return [*requests, *again], back
-
-    result = yield from relayed(steps, relay)
-    return with_product(result, product)
-
-
-def with_product(result: ScoreResult, product: list[Any]) -> ScoreResult:
-    """`result` with the product's coverage axes on the same questions."""
-    axes = dict(result.axes or {})
-    if "coverage" not in axes:
-        return result
-    if not product:  # no question was answered: the product's axes are the design's
-        axes["coverage_product"] = axes["coverage"]
-        if "coverage_soft" in axes:
-            axes["coverage_soft_product"] = axes["coverage_soft"]
-        return result.model_copy(update={"axes": axes})
-    axes["coverage_product"] = share([v.answered for v in product])
-    if all(v.p is not None for v in product):
-        axes["coverage_soft_product"] = sum(v.p for v in product) / len(product)
-    return result.model_copy(update={"axes": axes})
+    return again

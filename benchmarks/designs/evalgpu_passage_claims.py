@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from benchmarks.designs._common import relayed, share
+from benchmarks.designs._common import ATTRIBUTION, relayed, with_product
 from evalgpu.engines.base import JudgeRequest
 from evalgpu.prompting import fenced
-from evalgpu.results import ScoreResult, Steps
+from evalgpu.results import Steps
 from evalgpu.rows import Fields
 from evalgpu.scorers import claims_request
 from evalgpu.scorers.context_recall import attribution_request
@@ -35,7 +35,6 @@ from evalgpu.verdicts import Claims, distinct
 
 NAME = "evalgpu-passage-claims"
 
-ATTRIBUTION = "context_recall.attribution"
 PASSAGE_CLAIMS = "context_recall.passage_claims"
 
 
@@ -95,20 +94,4 @@ def attribution_from_claims(steps: Steps, row: Fields) -> Any:
         return [*requests, *extra, *again], back
 
     result = yield from relayed(steps, relay)
-    return with_product(result, product)
-
-
-def with_product(result: ScoreResult, product: list[Any]) -> ScoreResult:
-    """`result` with the product's recall axes on the same claims."""
-    axes = dict(result.axes or {})
-    if "recall" not in axes:
-        return result
-    if not product:  # no claim was checked: the product's axes are the design's
-        axes["recall_product"] = axes["recall"]
-        if "recall_soft" in axes:
-            axes["recall_soft_product"] = axes["recall_soft"]
-        return result.model_copy(update={"axes": axes})
-    axes["recall_product"] = share([v.supported for v in product])
-    if all(v.p is not None for v in product):
-        axes["recall_soft_product"] = sum(v.p for v in product) / len(product)
-    return result.model_copy(update={"axes": axes})
+    return with_product(result, product, ATTRIBUTION)
