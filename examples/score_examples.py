@@ -15,6 +15,15 @@ import time
 import evalgpu
 from evalgpu.scorers.context_recall import row_context_scorer  # each row brings its passages
 
+ONE_CHUNK = 100
+"""Rows per chunk here, more than an example file holds: each file is one batch of judge waves.
+
+By default a run sizes its chunks by time (about a minute each, starting with one row), so that a
+long file writes records early and a kill loses little. A file of a few rows gains nothing from
+that and loses batching: on a 2-core CPU the six summaries took 76-79 s in one chunk against
+104-119 s in time-sized ones (docs/DECISIONS.md, 2026-12-07). A long file keeps the default.
+"""
+
 JOBS = [
     ("summarization.jsonl", evalgpu.create_summarization_scorer, "runs/example-summarization"),
     ("context_recall.jsonl", row_context_scorer, "runs/example-context-recall"),
@@ -38,7 +47,11 @@ def main() -> None:
     for name, create_scorer, out in JOBS:
         print(f"scoring examples/{name} into {out}", file=sys.stderr)
         run = evalgpu.evaluate(
-            f"examples/{name}", [create_scorer(judge)], out=out, on_progress=progress_lines()
+            f"examples/{name}",
+            [create_scorer(judge)],
+            out=out,
+            chunk_size=ONE_CHUNK,
+            on_progress=progress_lines(),
         ).run()
         done = run.progress
         print(

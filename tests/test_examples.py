@@ -33,6 +33,7 @@ def test_it_scores_both_example_files_once_into_the_folders_the_command_line_res
         ("context_recall", "example-context-recall"),
     ]:
         rows = _rows(tmp_path / "examples" / f"{name}.jsonl")
+        assert rows <= script["ONE_CHUNK"]  # each file is one batch of waves (its docstring)
         assert f"{rows} scored, 0 failed, 0 already done" in first
         assert _rows(tmp_path / "runs" / out / "results.jsonl") == rows
     script["main"]()  # run again: every row is already done, nothing is scored twice
