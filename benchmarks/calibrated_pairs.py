@@ -1,0 +1,123 @@
+"""FRANK pair win of a fitted calibration against the judge's own verdicts, on articles it was
+not fitted on.
+
+`python -m evalgpu calibrate` reports on its held-out rows, but a random draw of FRANK rows holds
+few (faithful, unfaithful) pairs of one article, the unit FRANK's pair win is read on. This
+takes the pairs `agreement.py --pairs` draws (every article with both labels, seed 1234), drops
+the articles the calibration folder fitted on (its split.json: every sampled row not held out),
+scores the rest once, uncalibrated, with soft verdicts and one coverage question (the label
+reads the alignment checks only), and reads each claim's p both ways: hard alignment (the share
+of p above 0.5, against above the fitted threshold) and soft (the mean p, against the mean
+calibrated p), each pair win paired by pair.
+
+    .venv/bin/python -m benchmarks.calibrated_pairs runs/cal-frank --out runs/cal-frank-pairs \\
+        --json docs/measured/calibrated-pairs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import evalgpu
+from benchmarks.measure.datasets import read_jsonl, sample_pairs
+from benchmarks.measure.stats import pair_win, paired_difference
+from evalgpu.calibration import load_calibration
+
+FRANK = Path(__file__).resolve().parent / "data" / "frank_dev.jsonl"
+KIND = "summarization.alignment"
+
+
+def fitted_sources(folder: Path) -> set[str]:
+    """The sources of the rows a `calibrate` folder fitted on (sampled and not held out)."""
+    split = json.loads((folder / "split.json").read_text())
+    sources: set[str] = set()
+    for path, held_out in split["held_out"].items():
+        kept = set(held_out)
+        rows = read_jsonl(Path(path))
+        sources |= {row["source"] for i, row in enumerate(rows) if i not in kept}
+    return sources
+
+
+def held_out_pairs(folder: Path, data: Path = FRANK) -> list[dict[str, Any]]:
+    """`sample_pairs`' pairs ([faithful, unfaithful] * n) whose article was not fitted on."""
+    fitted = fitted_sources(folder)
+    pairs = sample_pairs(read_jsonl(data), None)
+    return [
+        row
+        for i in range(0, len(pairs), 2)
+        if pairs[i]["source"] not in fitted
+        for row in pairs[i : i + 2]
+    ]
+
+
+def claim_ps(out: Path) -> dict[str, list[float]]:
+    """Each row's alignment p, by row id (the last record of a row wins)."""
+    ps: dict[str, list[float]] = {}
+    for line in (out / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("error") is None:
+            steps = record["preprocessStepResult"]["alignment"]
+            ps[record["id"]] = [check["p"] for check in steps]
+    return ps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("calibration", type=Path, help="a `calibrate --out` folder")
+    parser.add_argument("--out", type=Path, required=True, help="the scoring's output folder")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    check = load_calibration(args.calibration / "calibration.json")
+    fitted = check.check(KIND) if check is not None else None
+    if fitted is None:
+        raise SystemExit(f"{args.calibration} has no {KIND} calibration")
+    rows = held_out_pairs(args.calibration)
+    started = time.monotonic()
+    judge = evalgpu.load_engine()
+    scorer = evalgpu.create_summarization_scorer(
+        judge, max_questions=1, verdicts="soft", calibration=False
+    )
+    items = [{"source": r["source"], "summary": r["summary"], "id": r["id"]} for r in rows]
+    evalgpu.evaluate(items, [scorer], out=args.out).run()
+    ps = claim_ps(args.out)
+    readings = {
+        "hard": (lambda p: float(p > 0.5), lambda p: float(p > fitted.threshold)),
+        "soft": (lambda p: p, fitted.apply),
+    }
+    pairs = [(rows[i]["id"], rows[i + 1]["id"]) for i in range(0, len(rows), 2)]
+    scored = [(f, u) for f, u in pairs if ps.get(f) and ps.get(u)]
+    report: dict[str, Any] = {
+        "calibration": str(args.calibration),
+        "threshold": fitted.threshold,
+        "slope": fitted.slope,
+        "pairs": len(pairs),
+        "pairs_scored": len(scored),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    for name, (own, calibrated) in readings.items():
+        columns = {}
+        for label, read in (("uncalibrated", own), ("calibrated", calibrated)):
+            faithful = [sum(map(read, ps[f])) / len(ps[f]) for f, _ in scored]
+            unfaithful = [sum(map(read, ps[u])) / len(ps[u]) for _, u in scored]
+            columns[label] = (faithful, unfaithful)
+        got = paired_difference(pair_win, columns["calibrated"], columns["uncalibrated"])
+        report[f"pair_win({name})"] = {
+            "uncalibrated": got["b"],
+            "calibrated": got["a"],
+            "difference": got["difference"],
+            "ci95": got["ci95"],
+        }
+        print(
+            f"pair_win({name}) {got['b']:.3f} -> {got['a']:.3f} "
+            f"({got['difference']:+.3f} [{got['ci95'][0]:+.3f}, {got['ci95'][1]:+.3f}])"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":  # vLLM starts its engine processes by spawn: they import this file
+    main()
