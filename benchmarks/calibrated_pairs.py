@@ -10,7 +10,7 @@ reads the alignment checks only), and reads each claim's p both ways: hard align
 of p above 0.5, against above the fitted threshold) and soft (the mean p, against the mean
 calibrated p), each pair win paired by pair.
 
-    .venv/bin/python -m benchmarks.calibrated_pairs runs/cal-frank --out runs/cal-frank-pairs \\
+    scripts/calibrated_pairs.py runs/cal-frank --out runs/cal-frank-pairs \\
         --json docs/measured/calibrated-pairs.json
 """
 
