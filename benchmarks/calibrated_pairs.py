@@ -8,7 +8,8 @@ the articles the calibration folder fitted on (its split.json: every sampled row
 scores the rest once, uncalibrated, with soft verdicts and one coverage question (the label
 reads the alignment checks only), and reads each claim's p both ways: hard alignment (the share
 of p above 0.5, against above the fitted threshold) and soft (the mean p, against the mean
-calibrated p), each pair win paired by pair.
+calibrated p), each difference with an interval over the pairs resampled (`held_out_report`,
+as `calibrate` reports its own held-out rows).
 
     scripts/calibrated_pairs.py runs/cal-frank --out runs/cal-frank-pairs \\
         --json docs/measured/calibrated-pairs.json
@@ -24,7 +25,7 @@ from typing import Any
 
 import evalgpu
 from benchmarks.measure.datasets import read_jsonl, sample_pairs
-from benchmarks.measure.stats import pair_win, paired_difference
+from evalgpu.calibrate import LabelledRow, held_out_report
 from evalgpu.calibration import load_calibration
 
 FRANK = Path(__file__).resolve().parent / "data" / "frank_dev.jsonl"
@@ -84,35 +85,24 @@ def main() -> None:
     items = [{"source": r["source"], "summary": r["summary"], "id": r["id"]} for r in rows]
     evalgpu.evaluate(items, [scorer], out=args.out).run()
     ps = claim_ps(args.out)
-    readings = {
-        "hard": (lambda p: float(p > 0.5), lambda p: float(p > fitted.threshold)),
-        "soft": (lambda p: p, fitted.apply),
-    }
-    pairs = [(rows[i]["id"], rows[i + 1]["id"]) for i in range(0, len(rows), 2)]
-    scored = [(f, u) for f, u in pairs if ps.get(f) and ps.get(u)]
+    scored = [  # the pairs of which both rows have claims, read as `calibrate` reads its own
+        LabelledRow(str(FRANK), i, r["id"], r["source"], float(r["label_faithful"]), ps={KIND: p})
+        for i, r in enumerate(rows)
+        if (p := ps.get(r["id"])) and ps.get(rows[i ^ 1]["id"])  # i ^ 1: its pair's other row
+    ]
     report: dict[str, Any] = {
         "calibration": str(args.calibration),
         "threshold": fitted.threshold,
         "slope": fitted.slope,
-        "pairs": len(pairs),
-        "pairs_scored": len(scored),
+        "pairs": len(rows) // 2,
+        "pairs_scored": len(scored) // 2,
         "seconds": round(time.monotonic() - started, 1),
     }
-    for name, (own, calibrated) in readings.items():
-        columns = {}
-        for label, read in (("uncalibrated", own), ("calibrated", calibrated)):
-            faithful = [sum(map(read, ps[f])) / len(ps[f]) for f, _ in scored]
-            unfaithful = [sum(map(read, ps[u])) / len(ps[u]) for _, u in scored]
-            columns[label] = (faithful, unfaithful)
-        got = paired_difference(pair_win, columns["calibrated"], columns["uncalibrated"])
-        report[f"pair_win({name})"] = {
-            "uncalibrated": got["b"],
-            "calibrated": got["a"],
-            "difference": got["difference"],
-            "ci95": got["ci95"],
-        }
+    report |= held_out_report("faithfulness", scored, KIND, check, seed=1234)
+    for name in ("hard", "soft"):
+        got = report[f"pair_win({name})"]
         print(
-            f"pair_win({name}) {got['b']:.3f} -> {got['a']:.3f} "
+            f"pair_win({name}) {got['uncalibrated']:.3f} -> {got['calibrated']:.3f} "
             f"({got['difference']:+.3f} [{got['ci95'][0]:+.3f}, {got['ci95'][1]:+.3f}])"
         )
     if args.json:
