@@ -97,7 +97,15 @@ def engine_agreement(
             if _plain(lists_a[name]) == _plain(lists_b[name]):
                 same_lists[name] = same_lists.get(name, 0) + 1
             else:
-                differing.append({"id": row, "list": name, "a": lists_a[name], "b": lists_b[name]})
+                differing.append(
+                    {
+                        "id": row,
+                        "list": name,
+                        "a": lists_a[name],
+                        "b": lists_b[name],
+                        "shared_prefix": _shared_prefix(lists_a[name], lists_b[name]),
+                    }
+                )
         checks_a, checks_b = checks(first[row], scorer), checks(second[row], scorer)
         for key in checks_a.keys() & checks_b.keys():
             shared += 1
@@ -213,6 +221,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _shared_prefix(a: list[str], b: list[str]) -> int:
+    """How many items two lists share before they first part (greedy lists part once, at a
+    near tie, and go their own ways from there)."""
+    shared = 0
+    for x, y in zip(_plain(a), _plain(b), strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared
 
 
 def _plain(items: list[str]) -> list[str]:

