@@ -33,13 +33,20 @@ KIND = "summarization.alignment"
 
 
 def fitted_sources(folder: Path) -> set[str]:
-    """The sources of the rows a `calibrate` folder fitted on (sampled and not held out)."""
+    """The sources of the rows a `calibrate` folder fitted on (sampled and not held out).
+
+    split.json names a held-out row by its line number in its file, from 1, as
+    `evalgpu.calibrate.read_labelled` counts them (blank lines included)."""
     split = json.loads((folder / "split.json").read_text())
     sources: set[str] = set()
     for path, held_out in split["held_out"].items():
         kept = set(held_out)
-        rows = read_jsonl(Path(path))
-        sources |= {row["source"] for i, row in enumerate(rows) if i not in kept}
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        sources |= {
+            json.loads(line)["source"]
+            for number, line in enumerate(lines, 1)
+            if line.strip() and number not in kept
+        }
     return sources
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from benchmarks.calibrated_pairs import claim_ps, held_out_pairs
+from evalgpu.calibrate import read_labelled
 
 
 def _write(path, rows):
@@ -21,7 +22,11 @@ def test_the_pairs_kept_are_of_articles_the_calibration_did_not_fit_on(tmp_path)
     _write(tmp_path / "frank.jsonl", data)
     sample = tmp_path / "sample.jsonl"
     _write(sample, [data[0], data[2], data[5]])  # rows of A, B, C drawn
-    split = {"seed": 1, "fit_share": 0.5, "held_out": {str(sample): [1]}}  # B held out
+    # B held out, numbered as calibrate numbers the rows it writes into split.json.
+    _, rows, _ = read_labelled(sample)
+    held = [r.row for r in rows if r.id == "B-1"]
+    assert held == [2]
+    split = {"seed": 1, "fit_share": 0.5, "held_out": {str(sample): held}}
     (tmp_path / "split.json").write_text(json.dumps(split))
     kept = held_out_pairs(tmp_path, tmp_path / "frank.jsonl")
     assert [r["id"] for r in kept] == ["B-1", "B-0"]  # A and C were fitted on
