@@ -60,7 +60,9 @@ from evalgpu.scorers.context_recall import row_context_scorer
 from evalgpu.scorers.summarization import MAX_QUESTIONS
 
 __all__ = [
+    "FIT_SHARE",
     "KINDS",
+    "SEED",
     "LabelledRow",
     "calibrate",
     "fit_check",
@@ -79,6 +81,10 @@ KINDS: dict[str, tuple[str, str, str]] = {
 SLOPES = [math.exp(math.log(0.2) + i * (math.log(5.0) - math.log(0.2)) / 64) for i in range(65)]
 """The slopes searched: 0.2 to 5, evenly on a log scale (1 is among them)."""
 DRAWS = 1000
+FIT_SHARE = 0.5
+"""The share of the row groups fitted on by default; the rest are held out and reported on."""
+SEED = 1234
+"""The default seed of the split's shuffle, of `--sample`'s draw and of the bootstrap."""
 
 
 @dataclass
@@ -376,8 +382,8 @@ def calibrate(
     engine: Engine,
     *,
     name: str | None = None,
-    fit_share: float = 0.5,
-    seed: int = 1234,
+    fit_share: float = FIT_SHARE,
+    seed: int = SEED,
     max_questions: int = MAX_QUESTIONS,
     limit: int | None = None,
     sample: int | None = None,

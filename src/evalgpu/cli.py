@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO, TypedDict
 
 from evalgpu._options import SCALE
+from evalgpu.calibrate import FIT_SHARE, SEED
 from evalgpu.distributed import check_layout
 from evalgpu.driver import CHUNK_SECONDS
 from evalgpu.engines import AUTO, BACKENDS, COMPUTES, SCRIPTED
@@ -32,6 +33,8 @@ __all__ = ["main"]
 PROG = "python -m evalgpu"
 ERRORS_SHOWN = 20
 """Row errors echoed on stderr as they happen; the rest are only in results.jsonl."""
+PROGRESS = ("auto", "bar", "lines", "off")
+"""`--progress`: auto (the default) is a bar on a terminal, else a line every 10 s."""
 
 RUN_EXAMPLES = f"""\
 examples:
@@ -177,8 +180,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--progress",
-        choices=["auto", "bar", "lines", "off"],
-        default="auto",
+        choices=PROGRESS,
+        default=PROGRESS[0],
         help="a bar on a terminal, else a line every 10 s (default: auto)",
     )
 
@@ -217,13 +220,16 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument(
         "--fit-share",
         type=float,
-        default=0.5,
+        default=FIT_SHARE,
         metavar="X",
         help="the share of the row groups (rows judged against one text) fitted on; the rest "
-        "are held out and reported on (default: 0.5)",
+        f"are held out and reported on (default: {FIT_SHARE:g})",
     )
     calibrate.add_argument(
-        "--seed", type=int, default=1234, help="the split's shuffle and the bootstrap's"
+        "--seed",
+        type=int,
+        default=SEED,
+        help=f"--sample's draw, the split's shuffle and the bootstrap's (default: {SEED})",
     )
     calibrate.add_argument("--limit", type=int, metavar="N", help="the first N rows of each file")
     calibrate.add_argument(
@@ -235,9 +241,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _max_questions_flag(calibrate)
     _engine_flags(calibrate)
-    calibrate.add_argument(
-        "--progress", choices=["auto", "bar", "lines", "off"], default="auto", help="as run's"
-    )
+    calibrate.add_argument("--progress", choices=PROGRESS, default=PROGRESS[0], help="as run's")
 
     models = commands.add_parser(
         "models",
