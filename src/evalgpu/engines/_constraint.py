@@ -10,10 +10,10 @@ Why llguidance and not outlines-core's `Index`. outlines-core compiles a schema 
 DFA and a table of the tokens allowed in each of its states. The verdict schemas bound their
 strings (`maxLength` 100-300) and lists (`minItems`/`maxItems`), which multiplies the states:
 with the 151k-token vocabulary of Qwen2.5-Coder-1.5B, the index of `Alignment` alone took
-114 s and 7.1 GB. llguidance (the grammar engine of outlines' `llguidance` backend and of
+minutes and gigabytes. llguidance (the grammar engine of outlines' `llguidance` backend and of
 vLLM's `guidance` backend) computes each mask lazily from the grammar and a token trie: a
-schema compiles in about a millisecond, a matcher weighs kilobytes, and a mask costs well under
-a millisecond per row and step (measured numbers: docs/SCHEMAS.md). The engine drives llguidance
+schema compiles at once, a matcher is small, and a mask costs little beside a step of the model
+(the measurements: docs/SCHEMAS.md). The engine drives llguidance
 directly: outlines' own llguidance backend is a logits processor for outlines' generation loop,
 while this loop constrains each row of a continuous batch on its own.
 
@@ -51,7 +51,7 @@ def schema_text(schema: type[BaseModel]) -> str:
     schema lists them, and each verdict's boolean comes first so that the judge decides before
     it writes anything else (`evalgpu.verdicts`). Sorted keys would put `passages` before
     `supported` in an attribution check, and its p would be read after the judge had cited a
-    passage (through vLLM, "He won the Nobel Prize", in no passage, went from p 0.18 to 0.50).
+    passage: a claim in no passage then read as undecided instead of unsupported (docs/VLLM.md).
     """
     return json.dumps(schema.model_json_schema(), ensure_ascii=False)
 

