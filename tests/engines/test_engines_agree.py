@@ -50,6 +50,14 @@ def comparison() -> dict[str, Any]:
 # row's lists start the same, and where they part, it is after at least half the shorter one.
 
 
+@pytest.mark.parametrize("scorer", ["summarization", "context-recall"])
+def test_both_engines_list_the_same_claims(comparison, scorer):
+    found = comparison["agreement"][scorer]
+    assert found["rows_missing_or_failed"] == []
+    assert found["rows"] > 0
+    assert found["same_lists"]["claims"] == found["rows"], found["differing_lists"]
+
+
 def test_both_engines_ask_the_same_first_questions(comparison):
     found = comparison["agreement"]["summarization"]
     assert found["rows"] > 0
