@@ -63,3 +63,13 @@ def test_engine_agreement_reads_context_recall_records():
     assert found["same_lists"] == {"claims": 1}
     assert (found["checks_shared"], found["same_verdicts"]) == (1, 0)
     assert found["median_abs_dp"] == pytest.approx(0.6)
+
+
+def test_a_differing_list_says_how_far_the_two_agree_before_they_part():
+    questions_a = [("Q1?", 0.9), ("Q2.", 0.8), ("Q3?", 0.7), ("Q4?", 0.6)]
+    questions_b = [("Q1?", 0.9), ("Q2", 0.8), ("Other?", 0.7)]
+    a = [summarization_record("r", [("A", 0.9)], questions_a)]
+    b = [summarization_record("r", [("A", 0.9)], questions_b)]
+    (differing,) = compare_engines.engine_agreement(a, b, "summarization")["differing_lists"]
+    assert differing["list"] == "questions"
+    assert differing["shared_prefix"] == 2  # "Q2." and "Q2" are one; they part at the third
