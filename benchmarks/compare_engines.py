@@ -219,10 +219,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 def _shared_prefix(a: list[str], b: list[str]) -> int:
     """How many items two lists share before they first part (greedy lists part once, at a
     near tie, and go their own ways from there)."""
@@ -238,3 +234,7 @@ def _plain(items: list[str]) -> list[str]:
     """A list's texts without a final full stop: "X." and "X" are one claim (the engines' greedy
     choices part there on a near tie: eiffel-missed, EPYC AVX512-BF16, 2026-12-07)."""
     return [item.strip().removesuffix(".") for item in items]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
